@@ -1,0 +1,58 @@
+"""Names of the span attributes the guard reads (SPEC section 3); no other module knows them."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
+
+__all__ = [
+    "BATCH_ADMITTED",
+    "EXECUTE_TOOL",
+    "INPUT_EXTERNAL",
+    "INPUT_QUEUED_PROMPT",
+    "INPUT_RELIABLE",
+    "INVOKE_AGENT",
+    "OPERATION_NAME",
+    "PROMPT_CHANNEL",
+    "PROMPT_ID",
+    "PROMPT_ROUTE",
+    "PROMPT_ROUTES",
+    "ROUTE_INTERACTIVE",
+    "TOOL_CALL_ID",
+    "TOOL_EXECUTION_ERROR_TYPE",
+    "TOOL_EXECUTION_STATUS",
+    "TOOL_NAME",
+    "TOOL_PROVIDER_DUPLICATE",
+    "TOOL_STATUS",
+    "TOOL_TYPE",
+]
+
+# OpenTelemetry GenAI semantic conventions.
+OPERATION_NAME: Final = _gen_ai.GEN_AI_OPERATION_NAME  # "gen_ai.operation.name"
+INVOKE_AGENT: Final = "invoke_agent"
+EXECUTE_TOOL: Final = "execute_tool"
+TOOL_NAME: Final = _gen_ai.GEN_AI_TOOL_NAME  # "gen_ai.tool.name", the resolved policy tool name
+TOOL_CALL_ID: Final = _gen_ai.GEN_AI_TOOL_CALL_ID  # "gen_ai.tool.call.id"
+
+# Prompt lifecycle and routing.
+PROMPT_ID: Final = "acp.prompt.id"
+PROMPT_ROUTE: Final = "acp.prompt.route"
+PROMPT_CHANNEL: Final = "acp.prompt.channel"
+ROUTE_INTERACTIVE: Final = "interactive"
+PROMPT_ROUTES: Final = frozenset(
+    {"interactive", "channel", "cron", "notification", "background", "subagent", "continuation"}
+)
+
+# Batch span: admitted count, and the mid-turn input drain done after the batch settled.
+BATCH_ADMITTED: Final = "acp.batch.admitted"
+INPUT_EXTERNAL: Final = "acp.input.external"
+INPUT_QUEUED_PROMPT: Final = "acp.input.queued_prompt"
+INPUT_RELIABLE: Final = "acp.input.reliable"
+
+# Tool-call span outcome, frozen when execution settled.
+TOOL_TYPE: Final = "acp.tool.type"
+TOOL_STATUS: Final = "acp.tool.status"
+TOOL_EXECUTION_STATUS: Final = "acp.tool.execution.status"
+TOOL_EXECUTION_ERROR_TYPE: Final = "acp.tool.execution.error_type"
+TOOL_PROVIDER_DUPLICATE: Final = "acp.tool.provider_duplicate"

@@ -1,0 +1,604 @@
+"""``GuardSpanProcessor``: settled tool batches from spans, the reducer per prompt, host actions.
+
+Data flows one way: span -> batch assembly -> :func:`otel_guard.reducer.reduce` -> telemetry and
+the host action. The reducer runs synchronously inside the batch span's ``end()``; telemetry is
+emitted after the guard's lock is released, with instrumentation suppressed.
+
+Span identification (SPEC section 3), decided when a span starts:
+
+* ``gen_ai.operation.name == "execute_tool"``: a tool-call span, tracked when its parent is an
+  open batch span; its outcome attributes are read when it ends.
+* ``gen_ai.operation.name == "invoke_agent"`` with ``acp.prompt.id``: a prompt span.
+* any other span with ``acp.prompt.id`` at start: a batch span candidate. It is evaluated when it
+  ends if it then carries ``acp.batch.admitted``; a present but malformed admitted count makes
+  the batch incomplete. A batch span must therefore carry ``acp.prompt.id`` from its start; the
+  admitted count and the input-drain attributes may be set at any time before it ends.
+
+Every other span costs one or two dictionary look-ups in ``on_start`` and one in ``on_end``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from opentelemetry import context as context_api
+from opentelemetry._logs import LoggerProvider
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanContext
+
+from otel_guard import attributes as attr
+from otel_guard.mode import resolve_mode
+from otel_guard.reducer import (
+    REMINDER,
+    STOP_MESSAGE,
+    Batch,
+    Decision,
+    GuardInput,
+    GuardState,
+    Mode,
+    Observation,
+    effective_mode,
+    reduce,
+)
+from otel_guard.telemetry import (
+    DecisionValue,
+    Diagnostic,
+    GuardTelemetry,
+    Transition,
+    decision_value,
+)
+
+__all__ = ["BatchEvaluation", "GuardAction", "GuardSpanProcessor"]
+
+_logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_PROMPTS = 10_000
+DEFAULT_PROMPT_TTL_SECONDS = 6 * 60 * 60.0
+DEFAULT_MAX_CALLS_PER_BATCH = 1_024
+# Longer tool names are treated as missing: they are not plausible registry names and would
+# otherwise be kept, unbounded, in the private failure key.
+MAX_TOOL_NAME_LENGTH = 256
+MAX_CALL_ID_LENGTH = 256
+
+_SUPPRESS_INSTRUMENTATION_KEY = context_api._SUPPRESS_INSTRUMENTATION_KEY
+_EMPTY: Mapping[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class GuardAction:
+    """What the host should do before its next model request for a prompt."""
+
+    kind: Literal["reminder", "stop"]
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEvaluation:
+    """One batch the guard evaluated, for in-process listeners (the CLI's replay report).
+
+    ``decision`` is the reducer's decision; ``decision_value`` is the SPEC section 5 value that
+    was emitted (``None`` for ``none``), which differs from the reducer's kind when a ``stop`` is
+    recorded as ``would_stop`` because the host never took the reminder.
+    """
+
+    prompt_id: str
+    span: ReadableSpan
+    mode: Mode
+    batch: Batch
+    has_external_input: bool
+    has_queued_prompt: bool
+    input_reliable: bool
+    before: GuardState
+    decision: Decision
+    decision_value: DecisionValue | None
+    action: GuardAction | None
+
+
+BatchListener = Callable[[BatchEvaluation], None]
+
+
+class _Prompt:
+    __slots__ = ("guarded", "last_seen", "pending", "reminded_ordinal", "state")
+
+    def __init__(self, guarded: bool, now: float) -> None:
+        self.guarded = guarded
+        self.state = GuardState.initial()
+        self.pending: GuardAction | None = None
+        self.reminded_ordinal = 0
+        self.last_seen = now
+
+
+class _PromptSpan:
+    __slots__ = ("prompt_id",)
+
+    def __init__(self, prompt_id: str) -> None:
+        self.prompt_id = prompt_id
+
+
+class _OpenBatch:
+    __slots__ = ("call_ids", "malformed", "observations", "open_tools", "overflow", "prompt_id")
+
+    def __init__(self, prompt_id: str) -> None:
+        self.prompt_id = prompt_id
+        self.observations: list[tuple[int, Observation]] = []
+        self.call_ids: set[str] = set()
+        self.open_tools: set[int] = set()
+        self.overflow = False
+        self.malformed = False
+
+
+class _ToolSpan:
+    __slots__ = ("batch", "seq")
+
+    def __init__(self, batch: _OpenBatch, seq: int) -> None:
+        self.batch = batch
+        self.seq = seq
+
+
+class _LateTool:
+    """A tool span still open when its batch span ended: its end is a late frame."""
+
+    __slots__ = ("prompt_id",)
+
+    def __init__(self, prompt_id: str) -> None:
+        self.prompt_id = prompt_id
+
+
+_Tracked = _PromptSpan | _OpenBatch | _ToolSpan | _LateTool
+# What to emit once the lock is released.
+_Emission = (
+    tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None]
+    | tuple[Literal["transition"], Transition]
+)
+
+
+def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
+    """The span's attributes as cheaply as possible.
+
+    The SDK's public ``attributes`` property wraps the attribute store in a new mapping proxy on
+    every call and answers misses by raising ``KeyError`` internally, which costs about ten times
+    a dictionary look-up; on the hot path the store's own dictionary is read when it exists.
+    """
+    store = getattr(span, "_attributes", None)
+    inner = getattr(store, "_dict", None)
+    if isinstance(inner, dict):
+        return inner
+    public = span.attributes
+    return public if public is not None else _EMPTY
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _true(value: object) -> bool:
+    return value is True
+
+
+class GuardSpanProcessor(SpanProcessor):
+    """Watches tool-call spans and runs the repeated-tool-failure guard for each prompt.
+
+    Args:
+        mode: ``off``, ``shadow``, ``warn`` or ``enforce``. When omitted, the process environment
+            variable ``QWEN_CODE_ACP_REPEATED_TOOL_FAILURE_GUARD`` is read once, here; missing or
+            invalid values give ``shadow`` (invalid ones record an ``invalid_mode`` diagnostic).
+        meter_provider, logger_provider: where guard telemetry goes; the global providers when
+            omitted.
+        max_prompts: prompts whose state is kept at once; beyond it the least recently active
+            idle prompt is evicted first (an ``evicted`` diagnostic).
+        prompt_ttl_seconds: a prompt with no guard activity for this long is dropped
+            (``expired``), as if its prompt span had ended.
+        max_calls_per_batch: tool calls tracked per batch; a batch with more is incomplete.
+        listener: called with a :class:`BatchEvaluation` after every evaluated batch, outside
+            the guard's lock; its exceptions are counted as ``internal_error``.
+        clock: monotonic seconds, for the TTL.
+
+    The processor never raises into ``span.end()``; every exception it catches is counted as an
+    ``internal_error`` diagnostic.
+    """
+
+    def __init__(
+        self,
+        *,
+        mode: str | None = None,
+        meter_provider: MeterProvider | None = None,
+        logger_provider: LoggerProvider | None = None,
+        max_prompts: int = DEFAULT_MAX_PROMPTS,
+        prompt_ttl_seconds: float = DEFAULT_PROMPT_TTL_SECONDS,
+        max_calls_per_batch: int = DEFAULT_MAX_CALLS_PER_BATCH,
+        listener: BatchListener | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_prompts < 1:
+            raise ValueError("max_prompts must be at least 1")
+        if prompt_ttl_seconds <= 0:
+            raise ValueError("prompt_ttl_seconds must be positive")
+        if max_calls_per_batch < 1:
+            raise ValueError("max_calls_per_batch must be at least 1")
+        resolution = resolve_mode(mode)
+        self._mode: Mode = resolution.mode
+        self._max_prompts = max_prompts
+        self._ttl = float(prompt_ttl_seconds)
+        self._max_calls = max_calls_per_batch
+        # Open prompt, batch and tool spans together; bounded so never-ending spans cannot grow it.
+        self._max_tracked = 4 * max_prompts + max_calls_per_batch
+        self._listener = listener
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._prompts: OrderedDict[str, _Prompt] = OrderedDict()
+        self._tracked: OrderedDict[int, _Tracked] = OrderedDict()
+        self._seq = 0
+        self._diagnostic_counts: Counter[str] = Counter()
+        self._shutdown = False
+        self._inert = self._mode == "off"
+        self._telemetry = GuardTelemetry(meter_provider, logger_provider)
+        if resolution.invalid:
+            self._flush([("diagnostic", "invalid_mode", None, None)])
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> Mode:
+        """The configured mode (read once at construction)."""
+        return self._mode
+
+    def take_action(self, prompt_id: str) -> GuardAction | None:
+        """Return the prompt's pending action once, and clear it.
+
+        A host calls this after each batch settles, before its next model request. Taking a
+        ``reminder`` is what later allows a ``stop`` for that candidate in ``enforce`` mode.
+        An action that is not taken before the prompt's next batch settles is dropped.
+        """
+        try:
+            with self._lock:
+                prompt = self._prompts.get(prompt_id)
+                if prompt is None or prompt.pending is None:
+                    return None
+                action, prompt.pending = prompt.pending, None
+                if action.kind == "reminder":
+                    prompt.reminded_ordinal = prompt.state.candidate_ordinal
+                return action
+        except Exception:
+            self._internal_error()
+            return None
+
+    def state(self, prompt_id: str) -> GuardState | None:
+        """The prompt's current guard state, or ``None`` if the guard keeps none for it."""
+        with self._lock:
+            prompt = self._prompts.get(prompt_id)
+            return None if prompt is None else prompt.state
+
+    def diagnostics(self) -> dict[str, int]:
+        """Diagnostics recorded so far by this processor, by name."""
+        with self._lock:
+            return dict(self._diagnostic_counts)
+
+    # -- SpanProcessor ----------------------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: context_api.Context | None = None) -> None:
+        if self._inert:
+            return
+        try:
+            attributes = _attributes(span)
+            operation = attributes.get(attr.OPERATION_NAME)
+            if operation == attr.EXECUTE_TOOL:
+                self._start_tool(span)
+                return
+            prompt_id = attributes.get(attr.PROMPT_ID)
+            if prompt_id is None:
+                return
+            if isinstance(prompt_id, str):
+                if operation == attr.INVOKE_AGENT and attr.BATCH_ADMITTED not in attributes:
+                    self._start_prompt(span, prompt_id, attributes)
+                else:
+                    self._start_batch(span, prompt_id)
+        except Exception:
+            self._internal_error()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._inert:
+            return
+        try:
+            context = getattr(span, "_context", None) or span.context
+            if context is None or self._tracked.get(context.span_id) is None:
+                return
+            self._end_tracked(span, context)
+        except Exception:
+            self._internal_error()
+
+    def shutdown(self) -> None:
+        """Stop observing and drop all state. Idempotent."""
+        try:
+            with self._lock:
+                if self._shutdown:
+                    return
+                self._shutdown = True
+                self._inert = True
+                self._prompts.clear()
+                self._tracked.clear()
+        except Exception:
+            _logger.debug("otel_guard: shutdown failed", exc_info=False)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """The guard buffers nothing; its telemetry goes through the providers' own pipelines."""
+        return True
+
+    # -- span handling (hot path ends above) ---------------------------------------------------
+
+    def _start_prompt(self, span: Span, prompt_id: str, attributes: Mapping[str, Any]) -> None:
+        route = _str(attributes.get(attr.PROMPT_ROUTE))
+        guarded = (route is None or route == attr.ROUTE_INTERACTIVE) and not _true(
+            attributes.get(attr.PROMPT_CHANNEL)
+        )
+        out: list[_Emission] = []
+        with self._lock:
+            now = self._clock()
+            self._prompts.pop(prompt_id, None)  # a new prompt span starts a fresh prompt
+            self._admit_prompt(prompt_id, _Prompt(guarded, now), now, out)
+            self._track(span.context.span_id, _PromptSpan(prompt_id), out)
+        self._flush(out)
+
+    def _start_batch(self, span: Span, prompt_id: str) -> None:
+        out: list[_Emission] = []
+        with self._lock:
+            self._track(span.context.span_id, _OpenBatch(prompt_id), out)
+        self._flush(out)
+
+    def _start_tool(self, span: Span) -> None:
+        parent = span.parent
+        if parent is None:
+            return
+        batch = self._tracked.get(parent.span_id)
+        if not isinstance(batch, _OpenBatch):
+            return  # not under a batch span: not an observation
+        out: list[_Emission] = []
+        with self._lock:
+            if self._tracked.get(parent.span_id) is not batch:
+                return
+            if len(batch.open_tools) + len(batch.observations) >= self._max_calls:
+                if not batch.overflow:
+                    batch.overflow = True
+                    out.append(("diagnostic", "batch_overflow", batch.prompt_id, None))
+            else:
+                self._seq += 1
+                span_id = span.context.span_id
+                batch.open_tools.add(span_id)
+                self._track(span_id, _ToolSpan(batch, self._seq), out)
+        self._flush(out)
+
+    def _track(self, span_id: int, ref: _Tracked, out: list[_Emission]) -> None:
+        tracked = self._tracked
+        tracked[span_id] = ref
+        while len(tracked) > self._max_tracked:
+            _, oldest = tracked.popitem(last=False)
+            if isinstance(oldest, _OpenBatch):
+                out.append(("diagnostic", "evicted", oldest.prompt_id, None))
+
+    def _end_tracked(self, span: ReadableSpan, context: SpanContext) -> None:
+        out: list[_Emission] = []
+        evaluation: tuple[Transition | None, BatchEvaluation] | None = None
+        with self._lock:
+            ref = self._tracked.pop(context.span_id, None)
+            if isinstance(ref, _ToolSpan):
+                self._end_tool(span, context, ref, out)
+            elif isinstance(ref, _OpenBatch):
+                evaluation = self._end_batch(span, context, ref, out)
+            elif isinstance(ref, _PromptSpan):
+                self._prompts.pop(ref.prompt_id, None)
+            elif isinstance(ref, _LateTool):
+                out.append(("diagnostic", "late_span", ref.prompt_id, context))
+        if evaluation is not None:
+            transition, batch_evaluation = evaluation
+            if transition is not None:
+                out.append(("transition", transition))
+            self._flush(out)
+            self._notify(batch_evaluation)
+        else:
+            self._flush(out)
+
+    def _end_tool(
+        self, span: ReadableSpan, context: SpanContext, ref: _ToolSpan, out: list[_Emission]
+    ) -> None:
+        batch = ref.batch
+        batch.open_tools.discard(context.span_id)
+        attributes = _attributes(span)
+        call_id = _str(attributes.get(attr.TOOL_CALL_ID))
+        if call_id is not None and (not call_id or len(call_id) > MAX_CALL_ID_LENGTH):
+            call_id = None
+        tool_name = _str(attributes.get(attr.TOOL_NAME))
+        if tool_name is not None and len(tool_name) > MAX_TOOL_NAME_LENGTH:
+            tool_name = None
+        observation = Observation(
+            call_id=call_id or "",
+            policy_tool_name=tool_name,
+            tool_type=_str(attributes.get(attr.TOOL_TYPE)),
+            terminal_status=_str(attributes.get(attr.TOOL_STATUS)) or "",
+            execution_status=_str(attributes.get(attr.TOOL_EXECUTION_STATUS)),
+            execution_error_type=_str(attributes.get(attr.TOOL_EXECUTION_ERROR_TYPE)),
+            provider_duplicate=_true(attributes.get(attr.TOOL_PROVIDER_DUPLICATE)),
+        )
+        if observation.provider_duplicate:
+            batch.observations.append((ref.seq, observation))
+        elif call_id is None:
+            batch.malformed = True  # a call without an ID cannot prove completeness
+        elif call_id in batch.call_ids:
+            out.append(("diagnostic", "duplicate_span", batch.prompt_id, context))
+        else:
+            batch.call_ids.add(call_id)
+            batch.observations.append((ref.seq, observation))
+
+    def _end_batch(
+        self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
+    ) -> tuple[Transition | None, BatchEvaluation] | None:
+        for tool_span_id in batch.open_tools:
+            self._track(tool_span_id, _LateTool(batch.prompt_id), out)
+        attributes = _attributes(span)
+        if attr.BATCH_ADMITTED not in attributes:
+            return None  # carried a prompt ID but is not a batch span
+        prompt_id = batch.prompt_id
+        now = self._clock()
+        prompt = self._prompts.get(prompt_id)
+        if prompt is None:
+            prompt = _Prompt(True, now)
+            self._admit_prompt(prompt_id, prompt, now, out)
+        else:
+            prompt.last_seen = now
+            self._prompts.move_to_end(prompt_id)
+        route = _str(attributes.get(attr.PROMPT_ROUTE))
+        if (route is not None and route != attr.ROUTE_INTERACTIVE) or _true(
+            attributes.get(attr.PROMPT_CHANNEL)
+        ):
+            prompt.guarded = False  # a marker on any batch opts the whole prompt out
+        if not prompt.guarded:
+            return None
+
+        admitted = attributes.get(attr.BATCH_ADMITTED)
+        complete = (
+            type(admitted) is int
+            and admitted >= 0
+            and not batch.overflow
+            and not batch.malformed
+            and len(batch.call_ids) == admitted
+        )
+        batch.observations.sort(key=lambda item: item[0])
+        guard_input = GuardInput(
+            mode=self._mode,
+            batch=Batch(complete, tuple(o for _, o in batch.observations)),
+            has_external_input=_true(attributes.get(attr.INPUT_EXTERNAL)),
+            has_queued_prompt=_true(attributes.get(attr.INPUT_QUEUED_PROMPT)),
+            input_reliable=_true(attributes.get(attr.INPUT_RELIABLE)),
+        )
+        before = prompt.state
+        decision = reduce(before, guard_input)
+        after = decision.state
+        prompt.state = after
+        prompt.pending = None  # an action not taken before this batch settled is stale
+        value = decision_value(decision.kind)
+        action: GuardAction | None = None
+        if decision.kind == "warn":
+            action = GuardAction("reminder", REMINDER)
+        elif decision.kind == "stop":
+            if prompt.reminded_ordinal == after.candidate_ordinal:
+                action = GuardAction("stop", STOP_MESSAGE)
+            else:
+                value = "would_stop"  # never stop a candidate whose reminder was not delivered
+        prompt.pending = action
+
+        transition: Transition | None = None
+        if value is not None:
+            candidate = before if value == "reset" else after
+            key = after.key
+            tool_type = None
+            if value != "reset" and key is not None:
+                tool_type = next(
+                    (
+                        o.tool_type
+                        for o in guard_input.batch.observations
+                        if o.policy_tool_name == key.policy_tool_name
+                        and o.execution_error_type == key.execution_error_type
+                        and not o.provider_duplicate
+                    ),
+                    None,
+                )
+            mode = effective_mode(self._mode, after.enforcement_disabled)
+            transition = Transition(
+                prompt_id=prompt_id,
+                mode=mode,  # type: ignore[arg-type]  # never "off" here
+                phase_before=before.phase,
+                phase_after=after.phase,
+                decision=value,
+                failure_count=candidate.failure_count,
+                batch_count=candidate.batch_count,
+                candidate_ordinal=candidate.candidate_ordinal,
+                reset_reason=decision.reason,
+                tool_type=tool_type,
+                execution_error_type=None if key is None else key.execution_error_type,
+                span_context=context,
+            )
+        evaluation = BatchEvaluation(
+            prompt_id=prompt_id,
+            span=span,
+            mode=self._mode,
+            batch=guard_input.batch,
+            has_external_input=guard_input.has_external_input,
+            has_queued_prompt=guard_input.has_queued_prompt,
+            input_reliable=guard_input.input_reliable,
+            before=before,
+            decision=decision,
+            decision_value=value,
+            action=action,
+        )
+        return transition, evaluation
+
+    def _admit_prompt(
+        self, prompt_id: str, prompt: _Prompt, now: float, out: list[_Emission]
+    ) -> None:
+        prompts = self._prompts
+        # Expire from the least recently active end.
+        while prompts:
+            oldest_id, oldest = next(iter(prompts.items()))
+            if now - oldest.last_seen < self._ttl:
+                break
+            del prompts[oldest_id]
+            out.append(("diagnostic", "expired", oldest_id, None))
+        if len(prompts) >= self._max_prompts:
+            victim = next(
+                (
+                    pid
+                    for pid, p in prompts.items()
+                    if p.state.phase == "idle" and p.pending is None
+                ),
+                None,
+            )
+            if victim is None:
+                victim = next(iter(prompts))
+            del prompts[victim]
+            out.append(("diagnostic", "evicted", victim, None))
+        prompts[prompt_id] = prompt
+
+    # -- emission (outside the lock) ----------------------------------------------------------
+
+    def _flush(self, out: list[_Emission]) -> None:
+        if not out:
+            return
+        token = context_api.attach(context_api.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            for item in out:
+                if item[0] == "diagnostic":
+                    _, name, prompt_id, span_context = item
+                    self._count(name)
+                    ok = self._telemetry.diagnostic(name, prompt_id, span_context)
+                else:
+                    ok = self._telemetry.transition(item[1])
+                if not ok:
+                    self._count("telemetry_error")
+                    self._telemetry.diagnostic("telemetry_error")
+        finally:
+            context_api.detach(token)
+
+    def _count(self, name: Diagnostic) -> None:
+        with self._lock:
+            self._diagnostic_counts[name] += 1
+
+    def _notify(self, evaluation: BatchEvaluation) -> None:
+        if self._listener is None:
+            return
+        try:
+            self._listener(evaluation)
+        except Exception:
+            self._internal_error()
+
+    def _internal_error(self) -> None:
+        try:
+            # No traceback: frames can hold span data, and this logger may be bridged to OTLP.
+            _logger.debug("otel_guard: internal error in the guard processor")
+            self._flush([("diagnostic", "internal_error", None, None)])
+        except Exception:  # the last line of defence: nothing escapes into span.end()
+            pass

@@ -1,0 +1,319 @@
+"""The pure repeated-tool-failure reducer.
+
+One function, :func:`reduce`, from ``(state, input)`` to a :class:`Decision`. Values are
+immutable, nothing here does I/O, and nothing here imports OpenTelemetry: the span processor
+translates spans into :class:`GuardInput` and applies the decision's telemetry and host action.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+__all__ = [
+    "BATCH_THRESHOLD",
+    "REMINDER",
+    "RESET_REASONS",
+    "STOP_MESSAGE",
+    "THRESHOLD",
+    "Batch",
+    "Decision",
+    "DecisionKind",
+    "FailureKey",
+    "GuardInput",
+    "GuardState",
+    "Mode",
+    "Observation",
+    "Phase",
+    "ResetReason",
+    "effective_mode",
+    "parse_mode",
+    "reduce",
+]
+
+THRESHOLD = 8
+"""Eligible failures of one key needed before the guard warns ..."""
+
+BATCH_THRESHOLD = 2
+"""... across at least this many complete batches."""
+
+REMINDER = (
+    "System: the same tool execution has failed repeatedly for the same classified reason. "
+    "Do not repeat the same approach. Inspect the returned result, change the approach or "
+    "required preconditions, or explain the blocker."
+)
+
+STOP_MESSAGE = (
+    "Automatic continuation stopped because the same tool execution failure continued after a "
+    "corrective reminder. New user input is required to continue."
+)
+
+Mode = Literal["off", "shadow", "warn", "enforce"]
+Phase = Literal["idle", "tracking", "warned", "latched"]
+DecisionKind = Literal["none", "reset", "tracked", "would_warn", "warn", "would_stop", "stop"]
+ResetReason = Literal[
+    "success",
+    "cancelled",
+    "not_started",
+    "post_execution_failure",
+    "unknown",
+    "mixed",
+    "incomplete",
+    "external_input",
+    "queued_prompt",
+    "unreliable_input",
+    "contract_violation",
+]
+
+RESET_REASONS: tuple[ResetReason, ...] = (
+    "success",
+    "cancelled",
+    "not_started",
+    "post_execution_failure",
+    "unknown",
+    "mixed",
+    "incomplete",
+    "external_input",
+    "queued_prompt",
+    "unreliable_input",
+    "contract_violation",
+)
+
+_MODES: dict[str, Mode] = {"off": "off", "shadow": "shadow", "warn": "warn", "enforce": "enforce"}
+
+# Precedence of the reasons a single batch can collect while classifying its observations.
+_REASON_PRECEDENCE: tuple[ResetReason, ...] = (
+    "contract_violation",
+    "cancelled",
+    "unknown",
+    "not_started",
+    "post_execution_failure",
+)
+
+_ERROR_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+
+
+class FailureKey(NamedTuple):
+    """The private identity of a candidate streak. Never leaves the process."""
+
+    policy_tool_name: str
+    execution_error_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One settled tool call of a batch, as the host's batch receipt describes it."""
+
+    call_id: str
+    policy_tool_name: str | None
+    tool_type: str | None
+    terminal_status: str
+    execution_status: str | None
+    execution_error_type: str | None
+    provider_duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A model tool batch; ``complete`` only when every admitted call settled."""
+
+    complete: bool
+    observations: tuple[Observation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GuardInput:
+    """One settled batch plus the result of the mid-turn input drain that followed it."""
+
+    mode: str
+    batch: Batch
+    has_external_input: bool
+    has_queued_prompt: bool
+    input_reliable: bool
+
+
+class GuardState(NamedTuple):
+    """The per-prompt guard state. ``GuardState.initial()`` is the state of a fresh prompt."""
+
+    phase: Phase
+    key: FailureKey | None
+    failure_count: int
+    batch_count: int
+    candidate_ordinal: int
+    next_candidate_ordinal: int
+    enforcement_disabled: bool
+
+    @classmethod
+    def initial(cls) -> GuardState:
+        return cls("idle", None, 0, 0, 0, 1, False)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one batch did to the state. ``reason`` is set only for ``reset``."""
+
+    kind: DecisionKind
+    state: GuardState
+    reason: ResetReason | None = None
+
+
+def parse_mode(value: str | None) -> Mode | None:
+    """Trim and lower-case ``value``; return the mode it names, or ``None`` if it names none."""
+    if not isinstance(value, str):
+        return None
+    return _MODES.get(value.strip().lower())
+
+
+def effective_mode(mode: Mode, enforcement_disabled: bool) -> Mode:
+    """``enforce`` is downgraded to ``warn`` once enforcement is disabled for the prompt."""
+    if mode == "enforce" and enforcement_disabled:
+        return "warn"
+    return mode
+
+
+def _reset(state: GuardState, reason: ResetReason, disable: bool = False) -> Decision:
+    disabled = state.enforcement_disabled or disable
+    if state.phase == "idle" and disabled == state.enforcement_disabled:
+        return Decision("none", state)
+    new_state = GuardState("idle", None, 0, 0, 0, state.next_candidate_ordinal, disabled)
+    return Decision("reset", new_state, reason)
+
+
+def _blank(value: str | None) -> bool:
+    return value is None or not isinstance(value, str) or not value.strip()
+
+
+def _eligible_error_type(value: str | None) -> bool:
+    return (
+        isinstance(value, str) and value != "unknown" and _ERROR_TYPE.fullmatch(value) is not None
+    )
+
+
+def reduce(state: GuardState, input: GuardInput) -> Decision:
+    """Apply one settled batch to ``state`` and return the decision (SPEC section 2).
+
+    An input mode that is not one of the four modes is treated as ``shadow``, the same as a
+    missing or invalid deployment setting: the reducer never enforces on a mode it cannot read.
+    """
+    mode: Mode = parse_mode(input.mode) or "shadow"
+
+    # 1. Off, or latched until the prompt ends.
+    if mode == "off" or state.phase == "latched":
+        return Decision("none", state)
+
+    # 2-3. Input boundary and completeness.
+    if not input.input_reliable:
+        return _reset(state, "unreliable_input", disable=True)
+    if input.has_external_input:
+        return _reset(state, "external_input")
+    if input.has_queued_prompt:
+        return _reset(state, "queued_prompt")
+    if not input.batch.complete:
+        return _reset(state, "incomplete")
+
+    # 4. Provider duplicates neither advance nor reset.
+    observations = [o for o in input.batch.observations if not o.provider_duplicate]
+    if not observations:
+        return Decision("none", state)
+
+    # 5. Classify.
+    reasons: set[ResetReason] = set()
+    disable = False
+    succeeded: set[str] = set()
+    failures: list[FailureKey] = []
+    for obs in observations:
+        terminal = obs.terminal_status
+        execution = obs.execution_status
+        if terminal == "cancelled":
+            reasons.add("cancelled")
+        elif execution is None or execution == "unknown":
+            reasons.add("unknown")
+            disable = True
+        elif terminal == "success":
+            if execution in ("error", "cancelled"):
+                reasons.add("contract_violation")
+                disable = True
+            elif execution in ("success", "not_started"):
+                if _blank(obs.policy_tool_name):
+                    reasons.add("unknown")
+                    disable = True
+                else:
+                    succeeded.add(obs.policy_tool_name)  # type: ignore[arg-type]
+            else:
+                reasons.add("unknown")
+                disable = True
+        elif terminal != "error":
+            reasons.add("unknown")
+            disable = True
+        elif execution == "cancelled":
+            reasons.add("cancelled")
+        elif execution == "not_started":
+            reasons.add("not_started")
+        elif execution == "success":
+            reasons.add("post_execution_failure")
+        elif execution != "error":
+            reasons.add("unknown")
+            disable = True
+        elif _blank(obs.policy_tool_name) or not _eligible_error_type(obs.execution_error_type):
+            reasons.add("unknown")
+            disable = True
+        else:
+            failures.append(
+                FailureKey(obs.policy_tool_name, obs.execution_error_type)  # type: ignore[arg-type]
+            )
+
+    # 6. Any ineligible outcome resets, by precedence.
+    if reasons:
+        reason = next(r for r in _REASON_PRECEDENCE if r in reasons)
+        return _reset(state, reason, disable=disable)
+
+    # 7. A tool's success clears that tool's failures in the same batch.
+    remaining = [k for k in failures if k.policy_tool_name not in succeeded]
+    if not remaining:
+        if state.key is not None and state.key.policy_tool_name in succeeded:
+            return _reset(state, "success")
+        if succeeded:
+            return Decision("none", state)
+        return _reset(state, "unknown", disable=True)
+
+    # 8. One candidate at a time.
+    key = remaining[0]
+    if any(k != key for k in remaining):
+        return _reset(state, "mixed")
+
+    # 9. A new key starts a new streak with a new ordinal.
+    if key != state.key:
+        return Decision(
+            "tracked",
+            GuardState(
+                "tracking",
+                key,
+                len(remaining),
+                1,
+                state.next_candidate_ordinal,
+                state.next_candidate_ordinal + 1,
+                state.enforcement_disabled,
+            ),
+        )
+
+    # 10. The same key continues the streak.
+    failure_count = state.failure_count + len(remaining)
+    batch_count = state.batch_count + 1
+    if state.phase == "warned":
+        kind: DecisionKind = (
+            "stop"
+            if effective_mode(mode, state.enforcement_disabled) == "enforce"
+            else "would_stop"
+        )
+        phase: Phase = "latched"
+    elif failure_count >= THRESHOLD and batch_count >= BATCH_THRESHOLD:
+        kind = "would_warn" if mode == "shadow" else "warn"
+        phase = "warned"
+    else:
+        kind = "tracked"
+        phase = "tracking"
+    return Decision(
+        kind,
+        state._replace(phase=phase, failure_count=failure_count, batch_count=batch_count),
+    )

@@ -1,0 +1,319 @@
+"""What the guard emits (SPEC section 5). The only module that knows output metric and log names.
+
+Every attribute value comes from a closed set, except the transition log's ``prompt_id``,
+``candidate_ordinal`` and ``execution_error_type`` (already validated against a strict pattern by
+the reducer). Tool names, arguments, results, raw errors and the failure key are never passed in.
+Emission failures are swallowed and tallied: telemetry never changes a decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from opentelemetry import context as context_api
+from opentelemetry import metrics, trace
+from opentelemetry._logs import Logger, LoggerProvider, SeverityNumber, get_logger_provider
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import NonRecordingSpan, SpanContext
+
+from otel_guard.reducer import DecisionKind, Phase, ResetReason
+from otel_guard.version import __version__
+
+__all__ = [
+    "BATCH_COUNT_BUCKETS",
+    "DECISIONS_METRIC",
+    "DECISION_VALUES",
+    "DIAGNOSTICS",
+    "DIAGNOSTICS_METRIC",
+    "DIAGNOSTIC_EVENT",
+    "FAILURE_COUNT_BUCKETS",
+    "LOOP_EVENT",
+    "LOOP_TYPE",
+    "METRIC_ATTRIBUTE_VALUES",
+    "ROUTE",
+    "SCOPE_NAME",
+    "TRANSITION_EVENT",
+    "DecisionValue",
+    "Diagnostic",
+    "GuardTelemetry",
+    "Transition",
+    "batch_count_bucket",
+    "decision_value",
+    "failure_count_bucket",
+]
+
+_logger = logging.getLogger(__name__)
+
+SCOPE_NAME: Final = "otel_guard"
+DECISIONS_METRIC: Final = "acp.repeated_tool_failure_guard.decisions"
+DIAGNOSTICS_METRIC: Final = "acp.repeated_tool_failure_guard.diagnostics"
+TRANSITION_EVENT: Final = "acp.repeated_tool_failure_guard.transition"
+DIAGNOSTIC_EVENT: Final = "acp.repeated_tool_failure_guard.diagnostic"
+LOOP_EVENT: Final = "acp.loop_detected"
+LOOP_TYPE: Final = "repeated_tool_execution_failure"
+ROUTE: Final = "acp_foreground"
+
+DecisionValue = Literal["reset", "tracked", "would_warn", "warned", "would_stop", "stopped"]
+Diagnostic = Literal[
+    "invalid_mode",
+    "late_span",
+    "duplicate_span",
+    "batch_overflow",
+    "evicted",
+    "expired",
+    "internal_error",
+    "telemetry_error",
+]
+
+DECISION_VALUES: Final[tuple[DecisionValue, ...]] = (
+    "reset",
+    "tracked",
+    "would_warn",
+    "warned",
+    "would_stop",
+    "stopped",
+)
+DIAGNOSTICS: Final[tuple[Diagnostic, ...]] = (
+    "invalid_mode",
+    "late_span",
+    "duplicate_span",
+    "batch_overflow",
+    "evicted",
+    "expired",
+    "internal_error",
+    "telemetry_error",
+)
+FAILURE_COUNT_BUCKETS: Final = ("0", "1-2", "3-4", "5-7", "8+")
+BATCH_COUNT_BUCKETS: Final = ("0", "1", "2", "3+")
+
+_DECISION_VALUE: Final[dict[DecisionKind, DecisionValue]] = {
+    "reset": "reset",
+    "tracked": "tracked",
+    "would_warn": "would_warn",
+    "warn": "warned",
+    "would_stop": "would_stop",
+    "stop": "stopped",
+}
+
+METRIC_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
+    "route": frozenset({ROUTE}),
+    "mode": frozenset({"shadow", "warn", "enforce"}),
+    "phase_before": frozenset({"idle", "tracking", "warned", "latched"}),
+    "phase_after": frozenset({"idle", "tracking", "warned", "latched"}),
+    "decision": frozenset(DECISION_VALUES),
+    "failure_count_bucket": frozenset(FAILURE_COUNT_BUCKETS),
+    "batch_count_bucket": frozenset(BATCH_COUNT_BUCKETS),
+    "reset_reason": frozenset(
+        {
+            "success",
+            "cancelled",
+            "not_started",
+            "post_execution_failure",
+            "unknown",
+            "mixed",
+            "incomplete",
+            "external_input",
+            "queued_prompt",
+            "unreliable_input",
+            "contract_violation",
+        }
+    ),
+    "terminal_status": frozenset({"error"}),
+    "execution_status": frozenset({"error"}),
+    "tool_type": frozenset({"native", "mcp"}),
+    "diagnostic": frozenset(DIAGNOSTICS),
+}
+"""Every metric attribute key the guard can emit, with its closed set of values."""
+
+_TOOL_TYPES: Final = frozenset({"native", "mcp"})
+
+
+def decision_value(kind: DecisionKind) -> DecisionValue | None:
+    """The ``decision`` attribute value of a reducer kind; ``None`` for ``none``."""
+    return _DECISION_VALUE.get(kind)
+
+
+def failure_count_bucket(count: int) -> str:
+    if count <= 0:
+        return "0"
+    if count <= 2:
+        return "1-2"
+    if count <= 4:
+        return "3-4"
+    if count <= 7:
+        return "5-7"
+    return "8+"
+
+
+def batch_count_bucket(count: int) -> str:
+    if count <= 0:
+        return "0"
+    if count <= 2:
+        return str(count)
+    return "3+"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One guard transition, reduced to what may leave the process.
+
+    ``failure_count``/``batch_count``/``candidate_ordinal`` describe the candidate after the
+    transition, or for a reset the candidate just reset.
+    """
+
+    prompt_id: str
+    mode: Literal["shadow", "warn", "enforce"]
+    phase_before: Phase
+    phase_after: Phase
+    decision: DecisionValue
+    failure_count: int
+    batch_count: int
+    candidate_ordinal: int
+    reset_reason: ResetReason | None
+    tool_type: str | None
+    execution_error_type: str | None
+    span_context: SpanContext | None
+
+    def metric_attributes(self) -> dict[str, str]:
+        attributes = {
+            "route": ROUTE,
+            "mode": self.mode,
+            "phase_before": self.phase_before,
+            "phase_after": self.phase_after,
+            "decision": self.decision,
+            "failure_count_bucket": failure_count_bucket(self.failure_count),
+            "batch_count_bucket": batch_count_bucket(self.batch_count),
+        }
+        if self.decision == "reset":
+            if self.reset_reason is not None:
+                attributes["reset_reason"] = self.reset_reason
+        else:
+            attributes["terminal_status"] = "error"
+            attributes["execution_status"] = "error"
+            if self.tool_type in _TOOL_TYPES:
+                attributes["tool_type"] = self.tool_type
+        return attributes
+
+
+class GuardTelemetry:
+    """Emits the decisions counter, transition and loop logs, and diagnostics.
+
+    ``meter_provider``/``logger_provider`` default to the global providers. Nothing here raises:
+    a failing provider is tallied in :attr:`errors` and otherwise ignored.
+    """
+
+    def __init__(
+        self,
+        meter_provider: MeterProvider | None = None,
+        logger_provider: LoggerProvider | None = None,
+    ) -> None:
+        self.errors = 0
+        self._errors_lock = threading.Lock()
+        self._decisions: metrics.Counter | None = None
+        self._diagnostics: metrics.Counter | None = None
+        self._log: Logger | None = None
+        try:
+            meter = (meter_provider or metrics.get_meter_provider()).get_meter(
+                SCOPE_NAME, __version__
+            )
+            self._decisions = meter.create_counter(
+                DECISIONS_METRIC,
+                unit="{decision}",
+                description="Repeated-tool-failure guard transitions.",
+            )
+            self._diagnostics = meter.create_counter(
+                DIAGNOSTICS_METRIC,
+                unit="{diagnostic}",
+                description="Repeated-tool-failure guard diagnostics.",
+            )
+        except Exception:
+            self._failed("meter")
+        try:
+            self._log = (logger_provider or get_logger_provider()).get_logger(
+                SCOPE_NAME, __version__
+            )
+        except Exception:
+            self._failed("logger")
+
+    def transition(self, transition: Transition) -> bool:
+        """Emit one transition (and the loop event for ``stopped``); False if anything failed."""
+        ok = True
+        attributes = transition.metric_attributes()
+        try:
+            if self._decisions is not None:
+                self._decisions.add(1, attributes)
+        except Exception:
+            ok = self._failed("decisions counter")
+        log_attributes: dict[str, str | int] = dict(attributes)
+        log_attributes["prompt_id"] = transition.prompt_id
+        log_attributes["candidate_ordinal"] = transition.candidate_ordinal
+        if transition.decision != "reset" and transition.execution_error_type is not None:
+            log_attributes["execution_error_type"] = transition.execution_error_type
+        ok = self._emit(TRANSITION_EVENT, log_attributes, transition.span_context) and ok
+        if transition.decision == "stopped":
+            loop_attributes: dict[str, str | int] = {
+                "loop_type": LOOP_TYPE,
+                "prompt_id": transition.prompt_id,
+            }
+            ok = (
+                self._emit(
+                    LOOP_EVENT, loop_attributes, transition.span_context, SeverityNumber.WARN
+                )
+                and ok
+            )
+        return ok
+
+    def diagnostic(
+        self,
+        diagnostic: Diagnostic,
+        prompt_id: str | None = None,
+        span_context: SpanContext | None = None,
+    ) -> bool:
+        """Count one diagnostic and emit its log record; False if anything failed."""
+        ok = True
+        try:
+            if self._diagnostics is not None:
+                self._diagnostics.add(1, {"diagnostic": diagnostic})
+        except Exception:
+            ok = self._failed("diagnostics counter")
+        attributes: dict[str, str | int] = {"diagnostic": diagnostic}
+        if prompt_id is not None:
+            attributes["prompt_id"] = prompt_id
+        return self._emit(DIAGNOSTIC_EVENT, attributes, span_context, SeverityNumber.WARN) and ok
+
+    def _emit(
+        self,
+        event_name: str,
+        attributes: dict[str, str | int],
+        span_context: SpanContext | None,
+        severity: SeverityNumber = SeverityNumber.INFO,
+    ) -> bool:
+        if self._log is None:
+            return True
+        try:
+            ctx = (
+                trace.set_span_in_context(NonRecordingSpan(span_context))
+                if span_context is not None
+                else context_api.Context()
+            )
+            self._log.emit(
+                context=ctx,
+                severity_number=severity,
+                severity_text=severity.name,
+                attributes=attributes,
+                event_name=event_name,
+            )
+        except Exception:
+            return self._failed(event_name)
+        return True
+
+    def _failed(self, what: str) -> bool:
+        with self._errors_lock:
+            self.errors += 1
+        # Only the failing component is named, never the data: this text may reach a log file.
+        _logger.debug("otel_guard: telemetry emission failed (%s)", what, exc_info=False)
+        return False

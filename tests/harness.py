@@ -1,0 +1,170 @@
+"""A real SDK pipeline around the guard, and a tiny span producer for tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Span, Tracer, set_span_in_context
+
+from otel_guard import GuardSpanProcessor
+from otel_guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC
+
+RESOURCE = Resource.create({"service.name": "agent", "service.version": "9.9.9"})
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call of a batch: its terminal and execution outcome."""
+
+    tool: str | None = "run_shell"
+    status: str | None = "error"
+    execution: str | None = "error"
+    error_type: str | None = "exit_nonzero"
+    call_id: str | None = None
+    tool_type: str | None = "native"
+    duplicate: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+FAIL = Call()
+OK = Call(status="success", execution="success", error_type=None)
+
+
+class Harness:
+    """TracerProvider + guard + in-memory metric reader and log exporter."""
+
+    def __init__(self, **guard_kwargs: Any) -> None:
+        self.metric_reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(resource=RESOURCE, metric_readers=[self.metric_reader])
+        self.log_exporter = InMemoryLogRecordExporter()
+        self.logger_provider = LoggerProvider(resource=RESOURCE)
+        self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.log_exporter))
+        guard_kwargs.setdefault("mode", "shadow")
+        self.guard = GuardSpanProcessor(
+            meter_provider=self.meter_provider,
+            logger_provider=self.logger_provider,
+            **guard_kwargs,
+        )
+        self.span_exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider(resource=RESOURCE)
+        self.tracer_provider.add_span_processor(self.guard)
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.span_exporter))
+        self.tracer: Tracer = self.tracer_provider.get_tracer("agent")
+        self._call_seq = 0
+
+    # -- producing spans ---------------------------------------------------------------------
+
+    def start_prompt(
+        self, prompt_id: str, route: str | None = None, channel: bool | None = None
+    ) -> Span:
+        attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id}
+        if route is not None:
+            attributes["acp.prompt.route"] = route
+        if channel is not None:
+            attributes["acp.prompt.channel"] = channel
+        return self.tracer.start_span("invoke_agent", attributes=attributes)
+
+    def batch(
+        self,
+        prompt_id: str,
+        calls: Sequence[Call],
+        *,
+        parent: Span | None = None,
+        admitted: Any = None,
+        external: Any = False,
+        queued: Any = False,
+        reliable: Any = True,
+        batch_attributes: Mapping[str, Any] | None = None,
+        leave_open: int = 0,
+    ) -> list[Span]:
+        """Emit one batch span with its tool-call children; returns spans left open (late)."""
+        context = set_span_in_context(parent) if parent is not None else None
+        start_attributes: dict[str, Any] = {"acp.prompt.id": prompt_id}
+        start_attributes.update(batch_attributes or {})
+        batch_span = self.tracer.start_span("tool_batch", context=context, attributes=start_attributes)
+        batch_context = set_span_in_context(batch_span)
+        open_spans = [self.tool_span(call, batch_context) for call in calls]
+        late = open_spans[len(open_spans) - leave_open :] if leave_open else []
+        for span in open_spans[: len(open_spans) - leave_open]:
+            span.end()
+        unique = {s.attributes.get("gen_ai.tool.call.id") for s, c in zip(open_spans, calls) if not c.duplicate}  # type: ignore[union-attr]
+        batch_span.set_attribute("acp.batch.admitted", len(unique) if admitted is None else admitted)
+        for key, value in (
+            ("acp.input.external", external),
+            ("acp.input.queued_prompt", queued),
+            ("acp.input.reliable", reliable),
+        ):
+            if value is not None:
+                batch_span.set_attribute(key, value)
+        batch_span.end()
+        return late
+
+    def tool_span(self, call: Call, batch_context: Any) -> Span:
+        self._call_seq += 1
+        attributes: dict[str, Any] = {"gen_ai.operation.name": "execute_tool"}
+        values = {
+            "gen_ai.tool.name": call.tool,
+            "gen_ai.tool.call.id": call.call_id or f"call-{self._call_seq}",
+            "acp.tool.type": call.tool_type,
+            "acp.tool.status": call.status,
+            "acp.tool.execution.status": call.execution,
+            "acp.tool.execution.error_type": call.error_type,
+        }
+        attributes.update({k: v for k, v in values.items() if v is not None})
+        if call.duplicate:
+            attributes["acp.tool.provider_duplicate"] = True
+        attributes.update(call.extra)
+        return self.tracer.start_span("execute_tool", context=batch_context, attributes=attributes)
+
+    def failing_batches(self, prompt_id: str, count: int, size: int = 4, **kw: Any) -> None:
+        for _ in range(count):
+            self.batch(prompt_id, [FAIL] * size, **kw)
+
+    # -- reading telemetry -------------------------------------------------------------------
+
+    def points(self, name: str = DECISIONS_METRIC) -> list[tuple[dict[str, Any], int]]:
+        data = self.metric_reader.get_metrics_data()
+        found: list[tuple[dict[str, Any], int]] = []
+        if data is None:
+            return found
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name == name:
+                        for point in metric.data.data_points:
+                            found.append((dict(point.attributes or {}), int(point.value)))  # type: ignore[union-attr]
+        return found
+
+    def decision_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for attributes, value in self.points(DECISIONS_METRIC):
+            key = str(attributes["decision"])
+            counts[key] = counts.get(key, 0) + value
+        return counts
+
+    def diagnostic_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for attributes, value in self.points(DIAGNOSTICS_METRIC):
+            key = str(attributes["diagnostic"])
+            counts[key] = counts.get(key, 0) + value
+        return counts
+
+    def logs(self, event_name: str | None = None) -> list[ReadableLogRecord]:
+        records = list(self.log_exporter.get_finished_logs())
+        if event_name is None:
+            return records
+        return [r for r in records if r.log_record.event_name == event_name]
+
+
+def decisions_of(records: Iterable[ReadableLogRecord]) -> list[str]:
+    return [str((r.log_record.attributes or {})["decision"]) for r in records]
