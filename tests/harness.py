@@ -67,7 +67,10 @@ class Harness:
     def start_prompt(
         self, prompt_id: str, route: str | None = None, channel: bool | None = None
     ) -> Span:
-        attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id}
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "acp.prompt.id": prompt_id,
+        }
         if route is not None:
             attributes["acp.prompt.route"] = route
         if channel is not None:
@@ -91,14 +94,22 @@ class Harness:
         context = set_span_in_context(parent) if parent is not None else None
         start_attributes: dict[str, Any] = {"acp.prompt.id": prompt_id}
         start_attributes.update(batch_attributes or {})
-        batch_span = self.tracer.start_span("tool_batch", context=context, attributes=start_attributes)
+        batch_span = self.tracer.start_span(
+            "tool_batch", context=context, attributes=start_attributes
+        )
         batch_context = set_span_in_context(batch_span)
         open_spans = [self.tool_span(call, batch_context) for call in calls]
         late = open_spans[len(open_spans) - leave_open :] if leave_open else []
         for span in open_spans[: len(open_spans) - leave_open]:
             span.end()
-        unique = {s.attributes.get("gen_ai.tool.call.id") for s, c in zip(open_spans, calls) if not c.duplicate}  # type: ignore[union-attr]
-        batch_span.set_attribute("acp.batch.admitted", len(unique) if admitted is None else admitted)
+        unique = {
+            s.attributes.get("gen_ai.tool.call.id")
+            for s, c in zip(open_spans, calls, strict=True)
+            if not c.duplicate
+        }  # type: ignore[union-attr]
+        batch_span.set_attribute(
+            "acp.batch.admitted", len(unique) if admitted is None else admitted
+        )
         for key, value in (
             ("acp.input.external", external),
             ("acp.input.queued_prompt", queued),
