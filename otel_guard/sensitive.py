@@ -29,12 +29,20 @@ SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
         _gen_ai.GEN_AI_OUTPUT_MESSAGES,
         _gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS,
         _gen_ai.GEN_AI_TOOL_DEFINITIONS,
+        _gen_ai.GEN_AI_TOOL_DESCRIPTION,
         "gen_ai.prompt",
         "gen_ai.completion",
+        # Tool identity: a tool name can itself carry a path, a server name or user data, and the
+        # guard's promise is that the tool name never leaves the process.
+        _gen_ai.GEN_AI_TOOL_NAME,
+        # Error types an agent fills with free text (the guard's key is private to the process).
+        "error.type",
+        "acp.tool.execution.error_type",
         # Raw errors.
         "exception.message",
         "exception.stacktrace",
         "error.message",
+        "exception.escaped_message",
         # User identifiers.
         "user.id",
         "user.name",
@@ -43,6 +51,7 @@ SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
         "enduser.id",
         "enduser.pseudo.id",
         "session.user_id",
+        "user_id",
         # Paths.
         "file.path",
         "file.directory",
@@ -54,17 +63,31 @@ SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
         "process.command_args",
         "url.path",
         "url.full",
+        "url.query",
+        "mcp.resource.uri",
+        "file_path",
+        "filepath",
+        "path",
+        "cwd",
         # MCP server identity.
         "mcp.server.name",
         "acp.mcp.server.name",
+        "mcp_server",
+        "mcp_server_name",
         # Legacy names agents still emit.
+        "tool_name",
+        "tool_input",
+        "tool_output",
+        "tool_error",
         "tool_arguments",
         "tool_args",
         "tool_response",
         "tool_result",
         "function_args",
         "function_arguments",
+        "function_name",
         "function_response",
+        "function_result",
         "error",
         "error_message",
         "prompt",
@@ -82,6 +105,9 @@ SENSITIVE_KEY_PATTERNS: Final[tuple[str, ...]] = (
     r".*\.(file_path|filepath|path)",
     r".*\.user_id",
     r"mcp\..*server.*",
+    r".*\.mcp\.server\..+",
+    r".*\.(cwd|working_directory)",
+    r".*\.error[._]message",
 )
 """Regular expressions (full match) naming families of sensitive keys."""
 
