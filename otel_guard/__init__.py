@@ -2,12 +2,15 @@
 
 from otel_guard.processor import BatchEvaluation, GuardAction, GuardSpanProcessor
 from otel_guard.redaction import RedactingSpanExporter
+from otel_guard.setup import GuardInstallation, install_guard
 from otel_guard.version import __version__
 
 __all__ = [
     "BatchEvaluation",
     "GuardAction",
+    "GuardInstallation",
     "GuardSpanProcessor",
     "RedactingSpanExporter",
     "__version__",
+    "install_guard",
 ]
