@@ -82,6 +82,11 @@ class RedactingSpanExporter(SpanExporter):
         self._dropped_spans = 0
 
     @property
+    def delegate(self) -> SpanExporter:
+        """The exporter that receives the redacted copies."""
+        return self._delegate
+
+    @property
     def dropped_spans(self) -> int:
         """Spans dropped because they could not be redacted."""
         with self._lock:
