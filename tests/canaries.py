@@ -44,9 +44,10 @@ FIXED = Canaries(
 MARKER_LENGTH = len("CnryToolZq")
 
 
-def _canary(tag: str) -> st.SearchStrategy[str]:
+def _canary(tag: str, alphabet: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[str]:
     # A fixed marker (upper case, so never a classified error type) followed by any text.
-    return st.text(max_size=16).map(lambda tail: f"Cnry{tag}Zq{tail}")
+    tail = st.text(max_size=16) if alphabet is None else st.text(alphabet, max_size=16)
+    return tail.map(lambda tail: f"Cnry{tag}Zq{tail}")
 
 
 CANARIES = st.builds(
@@ -56,7 +57,7 @@ CANARIES = st.builds(
     result=_canary("Result"),
     error_message=_canary("Error"),
     status=_canary("Status"),
-    path=_canary("Path"),
+    path=_canary("Path", st.characters(exclude_characters="\x00")),  # a file name cannot hold NUL
     mcp_server=_canary("Mcp"),
     user_id=_canary("User"),
     error_type=_canary("Type"),
