@@ -57,7 +57,8 @@ CANARIES = st.builds(
     result=_canary("Result"),
     error_message=_canary("Error"),
     status=_canary("Status"),
-    path=_canary("Path", st.characters(exclude_characters="\x00")),  # a file name cannot hold NUL
+    # A file name holds neither NUL nor lone surrogates.
+    path=_canary("Path", st.characters(exclude_categories=("Cs",), exclude_characters="\x00")),
     mcp_server=_canary("Mcp"),
     user_id=_canary("User"),
     error_type=_canary("Type"),

@@ -413,7 +413,7 @@ _values = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=12), st.lists(_keys, max_size=3))
 def test_exported_attributes_are_exactly_the_unremoved_ones(
     attributes: dict[str, Any], extra: Iterable[str]
