@@ -69,9 +69,9 @@ class RedactingSpanExporter(SpanExporter):
         allow_keys: Iterable[str] | None = None,
     ) -> None:
         self._delegate = delegate
-        extra_keys = frozenset(extra_keys)
-        extra_patterns = tuple(extra_patterns)
-        self._allow = None if allow_keys is None else frozenset(allow_keys)
+        extra_keys = frozenset(_names(extra_keys))
+        extra_patterns = _names(extra_patterns)
+        self._allow = None if allow_keys is None else frozenset(_names(allow_keys))
         self._sensitive: KeyPredicate
         if self._allow is None:
             self._sensitive = SensitiveKeys(extra_keys, extra_patterns)
@@ -225,6 +225,11 @@ class _RedactedSpan(ReadableSpan):
     @property
     def dropped_links(self) -> int:
         return self._dropped[2]
+
+
+def _names(names: Iterable[str]) -> tuple[str, ...]:
+    # A lone string is one name, not a sequence of one-letter keys.
+    return (names,) if isinstance(names, str) else tuple(names)
 
 
 def _dropped(item: Event | Link | Any) -> int:

@@ -32,13 +32,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from otel_guard.processor import GuardSpanProcessor
 from otel_guard.redaction import RedactingSpanExporter
 
-__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "GuardInstallation", "Protocol", "install_guard"]
+__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "GuardInstallation", "OTLPProtocol", "install_guard"]
 
 _logger = logging.getLogger(__name__)
 
-Protocol = Literal["http/protobuf", "grpc"]
-PROTOCOLS: Final[tuple[Protocol, ...]] = ("http/protobuf", "grpc")
-DEFAULT_PROTOCOL: Final[Protocol] = "http/protobuf"
+OTLPProtocol = Literal["http/protobuf", "grpc"]
+PROTOCOLS: Final[tuple[OTLPProtocol, ...]] = ("http/protobuf", "grpc")
+DEFAULT_PROTOCOL: Final[OTLPProtocol] = "http/protobuf"
 """The OTLP protocol used when neither the argument nor the environment names one."""
 
 Signal = Literal["traces", "metrics", "logs"]
@@ -161,9 +161,9 @@ def install_guard(
     return GuardInstallation(guard, tracer_provider, meter_provider, logger_provider, span_exporter)
 
 
-def _protocol(signal: Signal, explicit: str | None) -> Protocol:
+def _protocol(signal: Signal, explicit: str | None) -> OTLPProtocol:
     if explicit is not None:
-        return cast(Protocol, explicit)
+        return cast(OTLPProtocol, explicit)
     for variable in (_PROTOCOL_VARIABLES[signal], OTEL_EXPORTER_OTLP_PROTOCOL):
         value = os.environ.get(variable, "").strip().lower()
         if not value:
@@ -184,7 +184,7 @@ def _protocol(signal: Signal, explicit: str | None) -> Protocol:
 # Exporters are imported on use: the gRPC ones pull in grpcio, which an http deployment never needs.
 
 
-def _span_exporter(protocol: Protocol) -> SpanExporter:
+def _span_exporter(protocol: OTLPProtocol) -> SpanExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
@@ -196,7 +196,7 @@ def _span_exporter(protocol: Protocol) -> SpanExporter:
     return HTTPSpanExporter()
 
 
-def _metric_exporter(protocol: Protocol) -> MetricExporter:
+def _metric_exporter(protocol: OTLPProtocol) -> MetricExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
@@ -208,7 +208,7 @@ def _metric_exporter(protocol: Protocol) -> MetricExporter:
     return HTTPMetricExporter()
 
 
-def _log_exporter(protocol: Protocol) -> LogRecordExporter:
+def _log_exporter(protocol: OTLPProtocol) -> LogRecordExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 

@@ -276,6 +276,14 @@ def test_allow_list_mode_keeps_only_the_listed_keys_everywhere() -> None:
     ]
 
 
+def test_a_single_string_option_names_one_key() -> None:
+    p = Pipeline(extra_keys="ab", allow_keys="ab.c")
+    with p.tracer.start_as_current_span("work", attributes={"a": 1, "ab": 2, "ab.c": 3}):
+        pass
+    _, out = p.one()
+    assert dict(out.attributes or {}) == {"ab.c": 3}
+
+
 def test_allow_list_mode_still_removes_extra_keys() -> None:
     p = Pipeline(allow_keys=["a", "b.c"], extra_patterns=[r"b\..*"])
     with p.tracer.start_as_current_span("work", attributes={"a": 1, "b.c": 2, "d": 3}):
