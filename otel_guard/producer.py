@@ -458,6 +458,30 @@ class ToolBatch:
                 "batch ended without record_input_drain(); the guard reads it as unreliable"
             )
 
+    def abandon(
+        self,
+        error: BaseException | None = None,
+        *,
+        external: bool = False,
+        queued_prompt: bool = False,
+        reliable: bool | None = None,
+    ) -> None:
+        """End the batch span now, for a batch that will not settle (the host was interrupted).
+
+        No misuse error: calls still open end after the batch span as late frames (``cancelled``
+        when ``error`` is a cancellation), so the guard resets on the incomplete batch. Without
+        an input drain the guard reads the input as unreliable, which also disables enforcement
+        for the prompt; a host whose input channel is intact (only the batch failed) passes
+        ``reliable=True`` and what it drained, so the reset says ``incomplete``. A drain already
+        recorded wins. A no-op when the batch already ended.
+        """
+        with self._lock:
+            if self._ended:
+                return
+            if self._drain is None and reliable is not None:
+                self._drain = (external, queued_prompt, reliable)
+            self._end(error)
+
     def _end(self, error: BaseException | None) -> tuple[tuple[str, ...], bool]:
         with self._lock:
             if self._ended:
@@ -496,9 +520,8 @@ class ToolBatch:
             if not self._ended:
                 self.end()
             return
-        if not self._ended:
-            # The original exception wins; the guard sees the batch as it is (likely incomplete).
-            self._end(exc)
+        # The original exception wins; the guard sees the batch as it is (likely incomplete).
+        self.abandon(exc)
 
 
 # -- tool call ----------------------------------------------------------------------------------
