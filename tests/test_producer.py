@@ -471,7 +471,7 @@ def test_error_type_of_derives_snake_case_from_the_class(error: Any, expected: s
     assert error_type_of(error) == expected
 
 
-@given(st.text(st.characters(exclude_characters="\x00"), max_size=200))
+@given(st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=200))
 def test_error_type_of_always_gives_an_error_type_the_reducer_counts(name: str) -> None:
     error_type = error_type_of(type(name or "E", (Exception,), {}))
     assert ERROR_TYPE_PATTERN.fullmatch(error_type)
@@ -481,3 +481,25 @@ def test_error_type_of_always_gives_an_error_type_the_reducer_counts(name: str) 
     )
     expected = "reset" if error_type == "unknown" else "tracked"
     assert decision.kind == expected
+
+
+def test_an_abandoned_batch_with_an_intact_input_channel_resets_as_incomplete() -> None:
+    p = Pipeline(mode="enforce")
+    batch = start_batch(p.tracer, "p1")
+    with batch.call("c1", "run_shell") as call:
+        call.settle("error", "exit_nonzero")
+    batch.start_call("c2", "run_shell")
+    batch.abandon(RuntimeError("host interrupted"), reliable=True)
+    batch.abandon()  # already ended: a no-op
+    evaluation = p.evaluations[0]
+    assert (evaluation.batch.complete, evaluation.input_reliable) == (False, True)
+    state = p.guard.state("p1")
+    assert state is not None and state.enforcement_disabled is False
+    (late,) = [
+        s for s in p.spans("execute_tool run_shell") if s.attributes["gen_ai.tool.call.id"] == "c2"
+    ]  # type: ignore[index]
+    assert late.attributes is not None
+    assert (late.attributes["acp.tool.status"], late.attributes["acp.tool.execution.status"]) == (
+        "error",
+        "unknown",
+    )
