@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -505,3 +507,11 @@ def test_an_abandoned_batch_with_an_intact_input_channel_resets_as_incomplete() 
         "error",
         "unknown",
     )
+
+
+def test_readme_producer_example_reminds_then_stops(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S)
+    (example,) = [b for b in blocks if "from otel_guard.producer import prompt_span" in b]
+    exec(compile(example, str(readme), "exec"), {"__name__": "readme_example"})
+    assert capsys.readouterr().out.splitlines() == ["turn 1: reminder", "turn 2: stop"]

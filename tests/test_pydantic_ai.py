@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -386,3 +388,14 @@ def test_without_a_tracer_provider_the_guard_still_sees_every_batch() -> None:
         build_agent(model, RepeatedToolFailureGuard(harness.guard)).run_sync("build it")
     assert harness.decision_counts() == {"tracked": 1, "warned": 1, "stopped": 1}
     assert harness.span_exporter.get_finished_spans() == ()
+
+
+def test_readme_example_stops_after_three_responses(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S)
+    (example,) = [b for b in blocks if "RepeatedToolFailureGuard(guard)" in b]
+    namespace: dict[str, Any] = {"__name__": "readme_example"}
+    exec(compile(example, str(readme), "exec"), namespace)
+    assert capsys.readouterr().out.splitlines() == [STOP_MESSAGE]
+    responses = [m for m in namespace["history"] if isinstance(m, ModelResponse)]
+    assert len(responses) == 3
