@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import Harness
 from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.context import Context
@@ -42,7 +43,6 @@ from otel_guard.reducer import (
     Observation,
     reduce,
 )
-from tests.harness import Harness
 
 
 class StartAttributes(SpanProcessor):

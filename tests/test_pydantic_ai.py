@@ -15,6 +15,7 @@ pytest.importorskip(
     "pydantic_ai", reason="the pydantic-ai integration needs the 'pydantic-ai' extra installed"
 )
 
+from harness import Harness
 from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.exceptions import RunCancelled, UnexpectedModelBehavior
 from pydantic_ai.messages import (
@@ -35,7 +36,6 @@ from otel_guard.integrations.pydantic_ai import (
 )
 from otel_guard.reducer import REMINDER, STOP_MESSAGE, Batch
 from otel_guard.telemetry import DECISIONS_METRIC
-from tests.harness import Harness
 
 TOOL_RETRIES = 5  # pydantic-ai's own limit for the failing tool: one retry per model step
 
