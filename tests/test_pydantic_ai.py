@@ -399,3 +399,29 @@ def test_readme_example_stops_after_three_responses(capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out.splitlines() == [STOP_MESSAGE]
     responses = [m for m in namespace["history"] if isinstance(m, ModelResponse)]
     assert len(responses) == 3
+
+
+def test_an_unknown_route_is_rejected_when_the_capability_is_built() -> None:
+    with pytest.raises(ValueError, match="route"):
+        RepeatedToolFailureGuard(Harness().guard, route="nightly")
+
+
+def test_user_input_queued_while_a_batch_ran_resets_the_streak() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        if step == 2:
+            return [ToolCallPart("ask_user", {}, tool_call_id="q")]
+        if step == 3:
+            return [TextPart("done")]
+        return always_failing()(step, last)
+
+    setup = Setup("shadow")
+    agent = setup.agent(ScriptedModel(respond))
+
+    @agent.tool
+    def ask_user(ctx: RunContext[None]) -> str:
+        ctx.enqueue("Try the release branch instead.")  # user content arriving mid-turn
+        return "asked"
+
+    agent.run_sync("build it")
+    assert [e.has_external_input for e in setup.evaluations] == [False, True]
+    assert setup.reset_reasons() == {"external_input": 1}

@@ -76,6 +76,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolDefinition
 
+from otel_guard.attributes import PROMPT_ROUTES
 from otel_guard.processor import GuardSpanProcessor
 from otel_guard.producer import PromptScope, ToolBatch, ToolCall, error_type_of, prompt_span
 
@@ -127,6 +128,8 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         route: str | None = None,
         channel: bool = False,
     ) -> None:
+        if route is not None and route not in PROMPT_ROUTES:
+            raise ValueError(f"route must be one of {sorted(PROMPT_ROUTES)}, got {route!r}")
         if tracer_provider is None:
             tracer_provider = TracerProvider()
             tracer_provider.add_span_processor(guard)
@@ -140,6 +143,7 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         self._batch: ToolBatch | None = None
         self._pending: dict[str, ToolCallPart] = {}
         self._calls: dict[str, ToolCall] = {}
+        self._reminder_lost = False
 
     async def for_run(self, ctx: RunContext[Any]) -> RepeatedToolFailureGuard:
         """A fresh instance per run, so concurrent runs of one agent never share a batch."""
@@ -187,8 +191,11 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         if action is None:
             return result
         if action.kind == "reminder":
-            ctx.enqueue(SystemPromptPart(action.text))
+            delivered = self._quietly(lambda: ctx.enqueue(SystemPromptPart(action.text)))
+            self._reminder_lost = delivered is None
             return result
+        if self._reminder_lost:
+            return result  # never stop a model that was not shown the reminder
         request = result.request
         stopped = ModelRequest(parts=[*request.parts, SystemPromptPart(action.text)])
         raise RepeatedToolFailureStopped(
