@@ -1,0 +1,347 @@
+"""The repeated-tool-failure guard as a pydantic-ai capability (extra ``pydantic-ai``).
+
+::
+
+    from pydantic_ai import Agent
+    from otel_guard import GuardSpanProcessor
+    from otel_guard.integrations.pydantic_ai import RepeatedToolFailureGuard
+
+    guard = GuardSpanProcessor(mode="enforce")
+    agent = Agent(model, capabilities=[RepeatedToolFailureGuard(guard)])
+
+Each agent run is one prompt (its ``run_id`` is the prompt ID) and each model response's tool
+calls are one batch, described with :mod:`otel_guard.producer` spans that the guard evaluates
+when the batch has settled, before the next model request:
+
+* a tool that raises, ``ModelRetry`` and ``ToolFailed`` included, is an execution ``error``
+  whose error type is the snake-case class name (``model_retry``, ``file_not_found_error``);
+* a call whose arguments fail validation, names an unknown tool, or is never run (deferred,
+  skipped) is ``not_started``, which the guard never counts;
+* a call interrupted by cancellation ends ``cancelled``;
+* a call ID repeated within one response is flagged a provider duplicate (pydantic-ai then
+  refuses the response, so the batch is incomplete); a later response may reuse an ID.
+
+Modes are the guard's: in ``shadow`` (and ``off``) the run goes exactly as without the
+capability; in ``warn`` and ``enforce`` the reminder reaches the model as a system part of the
+next request; in ``enforce`` the run then raises :class:`RepeatedToolFailureStopped` once the
+next matching failing batch has settled, instead of sending another request.
+
+Built on the capability hooks of pydantic-ai 2.x (``wrap_run``, ``wrap_node_run``,
+``wrap_tool_validate``, ``wrap_tool_execute``) and ``RunContext.enqueue``. Guard bookkeeping never
+raises into the agent: a failure there is logged at debug level and the batch is left for the
+guard to judge incomplete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
+from pydantic import ValidationError
+from pydantic_ai import CallToolsNode, ModelRequestNode, RunContext
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    AgentNode,
+    NodeResult,
+    RawToolArgs,
+    ValidatedToolArgs,
+    WrapNodeRunHandler,
+    WrapRunHandler,
+    WrapToolExecuteHandler,
+    WrapToolValidateHandler,
+)
+from pydantic_ai.exceptions import (
+    AgentRunError,
+    ApprovalRequired,
+    CallDeferred,
+    ModelRetry,
+    SkipToolExecution,
+    ToolFailed,
+    ToolFailedError,
+    ToolRetryError,
+    UnexpectedModelBehavior,
+)
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponsePart,
+    SystemPromptPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.tools import ToolDefinition
+
+from otel_guard.attributes import PROMPT_ROUTES
+from otel_guard.processor import GuardSpanProcessor
+from otel_guard.producer import PromptScope, ToolBatch, ToolCall, error_type_of, prompt_span
+
+if TYPE_CHECKING:
+    from pydantic_ai.run import AgentRunResult
+
+__all__ = ["RepeatedToolFailureGuard", "RepeatedToolFailureStopped"]
+
+_logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+# Exceptions pydantic-ai raises on a tool's behalf; the tool's own exception is their cause.
+_WRAPPERS = (ToolRetryError, ToolFailedError, UnexpectedModelBehavior)
+# Control flow: the call was not run in this batch, and is settled not_started at the batch end.
+_NOT_RUN = (CallDeferred, ApprovalRequired)
+
+
+class RepeatedToolFailureStopped(AgentRunError):
+    """An ``enforce`` guard stopped the run after its reminder did not change the failing approach.
+
+    Raised from the agent run instead of the next model request. ``message`` is the guard's fixed
+    stop text. ``messages`` is the run's history with the settled batch's tool results and the
+    stop text as a final system part: pass it as ``message_history`` with new user input to go on.
+    """
+
+    def __init__(self, message: str, *, prompt_id: str, messages: list[ModelMessage]) -> None:
+        super().__init__(message)
+        self.prompt_id = prompt_id
+        self.messages = messages
+
+
+class RepeatedToolFailureGuard(AbstractCapability[Any]):
+    """A pydantic-ai capability that reports each tool batch to a :class:`GuardSpanProcessor`.
+
+    Args:
+        guard: the guard processor; its mode decides what the capability does.
+        tracer_provider: where the spans go. It must have ``guard`` among its span processors.
+            When omitted, a private provider holding only the guard is used, so the guard works
+            without exporting any span.
+        route, channel: the prompt route markers of SPEC section 3 for every run of the agent;
+            only interactive prompts without the channel marker are guarded.
+    """
+
+    def __init__(
+        self,
+        guard: GuardSpanProcessor,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        route: str | None = None,
+        channel: bool = False,
+    ) -> None:
+        if route is not None and route not in PROMPT_ROUTES:
+            raise ValueError(f"route must be one of {sorted(PROMPT_ROUTES)}, got {route!r}")
+        if tracer_provider is None:
+            tracer_provider = TracerProvider()
+            tracer_provider.add_span_processor(guard)
+        self.guard = guard
+        self.tracer_provider = tracer_provider
+        self.route = route
+        self.channel = channel
+        self._tracer: Tracer = tracer_provider.get_tracer("otel_guard.integrations.pydantic_ai")
+        # Per-run state; only the instance returned by for_run() holds any.
+        self._prompt: PromptScope | None = None
+        self._batch: ToolBatch | None = None
+        self._pending: dict[str, ToolCallPart] = {}
+        self._calls: dict[str, ToolCall] = {}
+        self._reminder_lost = False
+
+    async def for_run(self, ctx: RunContext[Any]) -> RepeatedToolFailureGuard:
+        """A fresh instance per run, so concurrent runs of one agent never share a batch."""
+        return RepeatedToolFailureGuard(
+            self.guard, tracer_provider=self.tracer_provider, route=self.route, channel=self.channel
+        )
+
+    # -- run: one prompt ------------------------------------------------------------------
+
+    async def wrap_run(
+        self, ctx: RunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        prompt_id = ctx.run_id or str(uuid.uuid4())
+        with prompt_span(self._tracer, prompt_id, route=self.route, channel=self.channel) as prompt:
+            self._prompt = prompt
+            try:
+                return await handler()
+            finally:
+                self._prompt = None
+
+    # -- node: one model response's tool calls form one batch ---------------------------
+
+    async def wrap_node_run(
+        self,
+        ctx: RunContext[Any],
+        *,
+        node: AgentNode[Any],
+        handler: WrapNodeRunHandler[Any],
+    ) -> NodeResult[Any]:
+        batch = None
+        if isinstance(node, CallToolsNode) and self._prompt is not None:
+            batch = self._quietly(lambda: self._open_batch(ctx, node.model_response.parts))
+        if batch is None:
+            return await handler(node)
+        prompt_id = batch.prompt_id
+        try:
+            result = await handler(node)
+        except BaseException as error:
+            self._close_quietly(ctx, batch, error)
+            raise
+        self._close_quietly(ctx, batch, None)
+        if self.guard.mode not in ("warn", "enforce") or not isinstance(result, ModelRequestNode):
+            return result  # shadow never acts; a run that ends here needs no reminder or stop
+        action = self.guard.take_action(prompt_id)
+        if action is None:
+            return result
+        if action.kind == "reminder":
+            delivered = self._quietly(lambda: ctx.enqueue(SystemPromptPart(action.text)))
+            self._reminder_lost = delivered is None
+            return result
+        if self._reminder_lost:
+            return result  # never stop a model that was not shown the reminder
+        request = result.request
+        stopped = ModelRequest(parts=[*request.parts, SystemPromptPart(action.text)])
+        raise RepeatedToolFailureStopped(
+            action.text, prompt_id=prompt_id, messages=[*ctx.messages, stopped]
+        )
+
+    def _open_batch(
+        self, ctx: RunContext[Any], parts: Sequence[ModelResponsePart]
+    ) -> ToolBatch | None:
+        assert self._prompt is not None
+        tools = ctx.tools
+        calls = [
+            part
+            for part in parts
+            if isinstance(part, ToolCallPart)
+            and (tools.get(part.tool_name) is None or tools[part.tool_name].kind != "output")
+        ]
+        if not calls:
+            return None
+        batch = self._prompt.batch()
+        self._batch, self._pending, self._calls = batch, {}, {}
+        for part in calls:
+            # Only a repeat within one response is a duplicate frame (pydantic-ai then refuses
+            # the whole response); a later response may reuse an ID for a new call.
+            if part.tool_call_id in self._pending:
+                batch.record_duplicate(part.tool_call_id, part.tool_name)
+            else:
+                self._pending[part.tool_call_id] = part
+                batch.admit(part.tool_call_id)
+        return batch
+
+    def _close_quietly(
+        self, ctx: RunContext[Any], batch: ToolBatch, error: BaseException | None
+    ) -> None:
+        self._quietly(lambda: self._close_batch(ctx, batch, error))
+
+    def _close_batch(
+        self, ctx: RunContext[Any], batch: ToolBatch, error: BaseException | None
+    ) -> None:
+        self._batch = None
+        if error is None:
+            # Admitted but never run: an unknown tool, a deferral, or skipped after a final result.
+            for call_id, part in self._pending.items():
+                call = self._calls.get(call_id) or batch.start_call(call_id, part.tool_name)
+                if not call.finished:
+                    if call.execution_status is None:
+                        call.settle("not_started")
+                    call.finish()
+        # The pending-message queue is in process: reading it is always a reliable drain.
+        external = _has_external_input(ctx)
+        if batch.open_call_ids():
+            batch.abandon(error, external=external, reliable=True)  # reset: incomplete
+            return
+        batch.record_input_drain(external=external, queued_prompt=False, reliable=True)
+        batch.end()
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def _call_for(self, part: ToolCallPart) -> ToolCall | None:
+        batch = self._batch
+        if batch is None or part.tool_call_id not in self._pending:
+            return None  # not a call of this batch (an output tool, a duplicate frame)
+        call = self._calls.get(part.tool_call_id)
+        if call is None:
+            call = batch.start_call(part.tool_call_id, part.tool_name)
+            self._calls[part.tool_call_id] = call
+        return None if call.finished else call
+
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        tracked = self._quietly(lambda: self._call_for(call))
+        if tracked is None:
+            return await handler(args)
+        try:
+            return await handler(args)
+        except asyncio.CancelledError:
+            self._quietly(lambda: _cancel(tracked))
+            raise
+        except (ValidationError, ModelRetry, ToolFailed):
+            self._quietly(lambda: _settle(tracked, "not_started", None))
+            raise
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        tracked = self._quietly(lambda: self._call_for(call))
+        if tracked is None:
+            return await handler(args)
+        try:
+            result = await handler(args)
+        except asyncio.CancelledError:
+            self._quietly(lambda: _cancel(tracked))
+            raise
+        except _NOT_RUN:
+            raise
+        except SkipToolExecution:
+            self._quietly(lambda: _settle(tracked, "not_started", "success"))
+            raise
+        except BaseException as error:
+            cause = error.__cause__ if isinstance(error, _WRAPPERS) else None
+            error_type = error_type_of(cause if isinstance(cause, BaseException) else error)
+            self._quietly(lambda: _settle(tracked, "error", None, error_type))
+            raise
+        self._quietly(lambda: _settle(tracked, "success", None))
+        return result
+
+    def _quietly(self, step: Callable[[], _T]) -> _T | None:
+        try:
+            return step()
+        except Exception:
+            # No traceback: frames can hold tool arguments.
+            _logger.debug("otel_guard: pydantic-ai guard bookkeeping failed")
+            return None
+
+
+def _settle(call: ToolCall, execution: Any, terminal: Any, error_type: str | None = None) -> None:
+    if not call.finished:  # a run torn down mid-batch already ended it as a late frame
+        call.settle(execution, error_type)
+        call.finish(terminal)
+
+
+def _cancel(call: ToolCall) -> None:
+    if call.cancel():
+        call.finish()
+
+
+def _has_external_input(ctx: RunContext[Any]) -> bool:
+    """Whether user content was queued while the batch ran (``AgentRun.enqueue`` and the like)."""
+    pending = ctx.pending_messages or []
+    return any(
+        isinstance(part, UserPromptPart)
+        for message in pending
+        for request in message.messages
+        if isinstance(request, ModelRequest)
+        for part in request.parts
+    )

@@ -1,0 +1,427 @@
+"""The guard attached to a real pydantic-ai Agent, driven offline by a FunctionModel."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "pydantic_ai", reason="the pydantic-ai integration needs the 'pydantic-ai' extra installed"
+)
+
+from harness import Harness
+from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic_ai.exceptions import RunCancelled, UnexpectedModelBehavior
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from otel_guard import BatchEvaluation
+from otel_guard.integrations.pydantic_ai import (
+    RepeatedToolFailureGuard,
+    RepeatedToolFailureStopped,
+)
+from otel_guard.reducer import REMINDER, STOP_MESSAGE, Batch
+from otel_guard.telemetry import DECISIONS_METRIC
+
+TOOL_RETRIES = 5  # pydantic-ai's own limit for the failing tool: one retry per model step
+
+
+def _parts(message: ModelMessage) -> list[Any]:
+    return list(message.parts)
+
+
+def _has_reminder(message: ModelMessage) -> bool:
+    return any(REMINDER in str(getattr(part, "content", "")) for part in _parts(message))
+
+
+@dataclass
+class ScriptedModel:
+    """A FunctionModel script: ``respond(step, last_request)`` gives the response parts."""
+
+    respond: Callable[[int, ModelMessage], list[Any]]
+    requests: list[ModelMessage] = field(default_factory=list)
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.requests.append(messages[-1])
+        return ModelResponse(parts=self.respond(len(self.requests), messages[-1]))
+
+    def reminders(self) -> int:
+        return sum(_has_reminder(request) for request in self.requests)
+
+
+def always_failing(width: int = 4) -> Callable[[int, ModelMessage], list[Any]]:
+    """A model that keeps calling the failing tool, ``width`` calls per response."""
+
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        return [
+            ToolCallPart("run_shell", {"command": "make"}, tool_call_id=f"s{step}-c{i}")
+            for i in range(width)
+        ]
+
+    return respond
+
+
+def build_agent(model: ScriptedModel, guard: RepeatedToolFailureGuard | None) -> Agent[None, str]:
+    agent = Agent(FunctionModel(model), capabilities=[] if guard is None else [guard])
+
+    @agent.tool_plain(retries=TOOL_RETRIES)
+    def run_shell(command: str) -> str:
+        if command == "make":
+            raise ModelRetry("make: *** [all] Error 2")
+        return "built"
+
+    @agent.tool_plain(retries=TOOL_RETRIES)
+    def read_file(path: str) -> str:
+        return "contents"
+
+    @agent.tool_plain(retries=TOOL_RETRIES)
+    def count(n: int) -> int:
+        return n
+
+    return agent
+
+
+class Setup:
+    """A harness whose guard watches a guarded agent, with every evaluated batch recorded."""
+
+    def __init__(self, mode: str, **guard_kwargs: Any) -> None:
+        self.evaluations: list[BatchEvaluation] = []
+        self.harness = Harness(mode=mode, listener=self.evaluations.append)
+        self.capability = RepeatedToolFailureGuard(
+            self.harness.guard, tracer_provider=self.harness.tracer_provider, **guard_kwargs
+        )
+
+    def agent(self, model: ScriptedModel) -> Agent[None, str]:
+        return build_agent(model, self.capability)
+
+    def decisions(self) -> dict[str, int]:
+        return self.harness.decision_counts()
+
+    def reset_reasons(self) -> dict[str, int]:
+        return {
+            str(a["reset_reason"]): v
+            for a, v in self.harness.points(DECISIONS_METRIC)
+            if a["decision"] == "reset"
+        }
+
+
+def test_shadow_runs_to_pydantic_ais_own_limit_recording_would_warn_and_would_stop() -> None:
+    setup = Setup("shadow")
+    model = ScriptedModel(always_failing())
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries count of 5"):
+        setup.agent(model).run_sync("build it")
+    assert len(model.requests) == TOOL_RETRIES + 1
+    assert model.reminders() == 0
+    assert setup.decisions() == {"tracked": 1, "would_warn": 1, "would_stop": 1}
+    assert [e.decision.kind for e in setup.evaluations[:3]] == [
+        "tracked",
+        "would_warn",
+        "would_stop",
+    ]
+    assert all(e.action is None for e in setup.evaluations)
+
+
+def _spans(setup: Setup, name: str) -> list[Any]:
+    return [s for s in setup.harness.span_exporter.get_finished_spans() if s.name == name]
+
+
+def _transcript(messages: list[ModelMessage]) -> list[tuple[str, str]]:
+    return [(type(p).__name__, str(getattr(p, "content", ""))) for m in messages for p in _parts(m)]
+
+
+def test_shadow_leaves_the_run_exactly_as_without_the_guard() -> None:
+    outcomes = []
+    for guard in (None, Setup("shadow").capability):
+        model = ScriptedModel(always_failing())
+        with pytest.raises(UnexpectedModelBehavior) as raised:
+            build_agent(model, guard).run_sync("build it")
+        outcomes.append((_transcript(model.requests), str(raised.value)))
+    assert outcomes[0] == outcomes[1]
+    assert len(outcomes[0][0]) == 1 + 4 * TOOL_RETRIES
+
+
+def test_enforce_stops_after_exactly_one_reminder_and_the_next_failing_batch() -> None:
+    setup = Setup("enforce")
+    model = ScriptedModel(always_failing())
+    with pytest.raises(RepeatedToolFailureStopped) as raised:
+        setup.agent(model).run_sync("build it")
+    assert len(model.requests) == 3
+    assert [_has_reminder(r) for r in model.requests] == [False, False, True]
+    stopped = raised.value
+    assert stopped.message == STOP_MESSAGE and str(stopped) == STOP_MESSAGE
+    assert setup.decisions() == {"tracked": 1, "warned": 1, "stopped": 1}
+    assert len(setup.harness.logs("acp.loop_detected")) == 1
+    # The stop keeps the settled batch's results, then the stop text, in the history.
+    last = stopped.messages[-1]
+    assert isinstance(last, ModelRequest)
+    *returns, stop_part = _parts(last)
+    assert [r.tool_call_id for r in returns if isinstance(r, ToolReturnPart)] == [
+        f"s3-c{i}" for i in range(4)
+    ]
+    assert isinstance(stop_part, SystemPromptPart) and stop_part.content == STOP_MESSAGE
+    assert isinstance(stopped.messages[-2], ModelResponse)
+    assert stopped.prompt_id == setup.evaluations[0].prompt_id
+
+
+def test_warn_reminds_once_and_never_stops() -> None:
+    setup = Setup("warn")
+    model = ScriptedModel(always_failing())
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+        setup.agent(model).run_sync("build it")
+    assert len(model.requests) == TOOL_RETRIES + 1
+    assert [_has_reminder(r) for r in model.requests] == [False, False, True, False, False, False]
+    assert setup.decisions() == {"tracked": 1, "warned": 1, "would_stop": 1}
+
+
+def test_a_model_that_reads_the_reminder_and_changes_approach_is_not_stopped() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        if _has_reminder(last):
+            return [ToolCallPart("run_shell", {"command": "make -k"}, tool_call_id="fixed")]
+        if any(isinstance(p, ToolReturnPart) and p.tool_call_id == "fixed" for p in _parts(last)):
+            return [TextPart("built after changing approach")]
+        return always_failing()(step, last)
+
+    setup = Setup("enforce")
+    model = ScriptedModel(respond)
+    result = setup.agent(model).run_sync("build it")
+    assert result.output == "built after changing approach"
+    assert model.reminders() == 1
+    assert setup.decisions() == {"tracked": 1, "warned": 1, "reset": 1}
+    assert setup.reset_reasons() == {"success": 1}
+    final = setup.evaluations[-1]
+    assert (final.decision.kind, final.decision.reason) == ("reset", "success")
+    assert final.decision.state.failure_count == 0 and final.decision.state.phase == "idle"
+
+
+def test_parallel_tool_calls_in_one_response_form_one_batch() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        if step == 1:
+            return [
+                ToolCallPart("run_shell", {"command": "make"}, tool_call_id="a"),
+                ToolCallPart("read_file", {"path": "Makefile"}, tool_call_id="b"),
+                ToolCallPart("run_shell", {"command": "make"}, tool_call_id="c"),
+            ]
+        return [TextPart("done")]
+
+    setup = Setup("shadow")
+    setup.agent(ScriptedModel(respond)).run_sync("build it")
+    (evaluation,) = setup.evaluations
+    assert evaluation.batch.complete is True
+    assert sorted(
+        (o.call_id, o.policy_tool_name, o.execution_status, o.execution_error_type)
+        for o in evaluation.batch.observations
+    ) == [
+        ("a", "run_shell", "error", "model_retry"),
+        ("b", "read_file", "success", None),
+        ("c", "run_shell", "error", "model_retry"),
+    ]
+    spans = setup.harness.span_exporter.get_finished_spans()
+    (batch_span,) = [s for s in spans if s.name == "tool_batch"]
+    assert batch_span.attributes is not None and batch_span.attributes["acp.batch.admitted"] == 3
+    tools = [s for s in spans if s.name.startswith("execute_tool ")]
+    assert len(tools) == 3
+    assert batch_span.context is not None
+    assert {s.parent.span_id for s in tools if s.parent} == {batch_span.context.span_id}
+
+
+def test_a_validation_error_is_not_counted() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        return [
+            ToolCallPart("count", {"n": "many"}, tool_call_id=f"s{step}-c{i}") for i in range(4)
+        ]
+
+    setup = Setup("enforce")
+    model = ScriptedModel(respond)
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+        setup.agent(model).run_sync("count")
+    assert len(model.requests) == TOOL_RETRIES + 1
+    assert setup.decisions() == {}
+    observations = [o for e in setup.evaluations for o in e.batch.observations]
+    # pydantic-ai's retry limit aborts the last batch after its first call: incomplete.
+    assert len(observations) == 4 * TOOL_RETRIES + 1
+    assert [e.batch.complete for e in setup.evaluations] == [True] * TOOL_RETRIES + [False]
+    assert {(o.terminal_status, o.execution_status) for o in observations} == {
+        ("error", "not_started")
+    }
+
+
+def test_a_validation_error_resets_a_streak() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        if step == 2:
+            return [ToolCallPart("count", {"n": "many"}, tool_call_id="bad")]
+        if step == 3:
+            return [TextPart("gave up")]
+        return always_failing()(step, last)
+
+    setup = Setup("shadow")
+    setup.agent(ScriptedModel(respond)).run_sync("build it")
+    assert setup.decisions() == {"tracked": 1, "reset": 1}
+    assert setup.reset_reasons() == {"not_started": 1}
+
+
+def test_an_unknown_tool_is_not_started() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        if step == 1:
+            return [ToolCallPart("deploy", {}, tool_call_id="x")]
+        return [TextPart("done")]
+
+    setup = Setup("shadow")
+    setup.agent(ScriptedModel(respond)).run_sync("deploy")
+    (evaluation,) = setup.evaluations
+    assert evaluation.batch.complete is True
+    (observation,) = evaluation.batch.observations
+    assert (observation.policy_tool_name, observation.execution_status) == ("deploy", "not_started")
+
+
+def test_a_raising_tool_is_an_execution_error_typed_from_its_exception_class() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        return [ToolCallPart("open_config", {}, tool_call_id="o1")]
+
+    setup = Setup("shadow")
+    agent = setup.agent(ScriptedModel(respond))
+
+    @agent.tool_plain
+    def open_config() -> str:
+        raise FileNotFoundError("/etc/agent.toml")
+
+    with pytest.raises(FileNotFoundError):
+        agent.run_sync("configure")
+    (evaluation,) = setup.evaluations
+    (observation,) = evaluation.batch.observations
+    assert (observation.terminal_status, observation.execution_status) == ("error", "error")
+    assert observation.execution_error_type == "file_not_found_error"
+    assert evaluation.decision.kind == "tracked"
+
+
+def test_cancellation_ends_the_call_cancelled_and_counts_nothing() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        return [ToolCallPart("wait_for_approval", {}, tool_call_id="w1")]
+
+    setup = Setup("shadow")
+    agent = setup.agent(ScriptedModel(respond))
+
+    @agent.tool
+    async def wait_for_approval(ctx: RunContext[None]) -> str:
+        ctx.cancel()
+        await asyncio.sleep(0)
+        return "approved"
+
+    with pytest.raises(RunCancelled):
+        agent.run_sync("deploy")
+    (tool,) = _spans(setup, "execute_tool wait_for_approval")
+    assert tool.attributes is not None
+    assert tool.attributes["acp.tool.status"] == "cancelled"
+    assert tool.attributes["acp.tool.execution.status"] == "cancelled"
+    # The run tears the node down before the tool task sees its cancellation, so the call ends
+    # after its batch: a late frame, and the guard resets on the incomplete batch.
+    (evaluation,) = setup.evaluations
+    assert evaluation.batch == Batch(complete=False, observations=())
+    assert evaluation.decision.kind == "none" and evaluation.decision.state.failure_count == 0
+    assert setup.harness.diagnostic_counts() == {"late_span": 1}
+
+
+def test_a_call_id_repeated_within_one_response_is_flagged_a_duplicate() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        return [
+            ToolCallPart("read_file", {"path": "a"}, tool_call_id="same"),
+            ToolCallPart("read_file", {"path": "a"}, tool_call_id="same"),
+        ]
+
+    setup = Setup("shadow")
+    with pytest.raises(UnexpectedModelBehavior, match="unique `tool_call_id`"):
+        setup.agent(ScriptedModel(respond)).run_sync("read")
+    (evaluation,) = setup.evaluations
+    assert evaluation.batch.complete is False  # pydantic-ai ran none of the calls
+    assert [o.provider_duplicate for o in evaluation.batch.observations] == [True]
+
+
+def test_a_call_id_reused_by_a_later_response_is_a_new_call() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        if step <= 2:
+            return [ToolCallPart("run_shell", {"command": "make"}, tool_call_id="call_0")]
+        return [TextPart("done")]
+
+    setup = Setup("shadow")
+    setup.agent(ScriptedModel(respond)).run_sync("build it")
+    assert [e.decision.state.failure_count for e in setup.evaluations] == [1, 2]
+    assert not any(o.provider_duplicate for e in setup.evaluations for o in e.batch.observations)
+
+
+def test_a_channel_prompt_is_never_guarded() -> None:
+    setup = Setup("enforce", channel=True)
+    model = ScriptedModel(always_failing())
+    with pytest.raises(UnexpectedModelBehavior):
+        setup.agent(model).run_sync("build it")
+    assert model.reminders() == 0
+    assert setup.decisions() == {}
+    assert setup.evaluations == []
+
+
+def test_each_run_is_a_fresh_prompt() -> None:
+    setup = Setup("enforce")
+    agent = setup.agent(ScriptedModel(always_failing()))
+    for _ in range(2):
+        with pytest.raises(RepeatedToolFailureStopped):
+            agent.run_sync("build it")
+    assert setup.decisions() == {"tracked": 2, "warned": 2, "stopped": 2}
+    assert len({e.prompt_id for e in setup.evaluations}) == 2
+
+
+def test_without_a_tracer_provider_the_guard_still_sees_every_batch() -> None:
+    harness = Harness(mode="enforce")
+    model = ScriptedModel(always_failing())
+    with pytest.raises(RepeatedToolFailureStopped):
+        build_agent(model, RepeatedToolFailureGuard(harness.guard)).run_sync("build it")
+    assert harness.decision_counts() == {"tracked": 1, "warned": 1, "stopped": 1}
+    assert harness.span_exporter.get_finished_spans() == ()
+
+
+def test_readme_example_stops_after_three_responses(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S)
+    (example,) = [b for b in blocks if "RepeatedToolFailureGuard(guard)" in b]
+    namespace: dict[str, Any] = {"__name__": "readme_example"}
+    exec(compile(example, str(readme), "exec"), namespace)
+    assert capsys.readouterr().out.splitlines() == [STOP_MESSAGE]
+    responses = [m for m in namespace["history"] if isinstance(m, ModelResponse)]
+    assert len(responses) == 3
+
+
+def test_an_unknown_route_is_rejected_when_the_capability_is_built() -> None:
+    with pytest.raises(ValueError, match="route"):
+        RepeatedToolFailureGuard(Harness().guard, route="nightly")
+
+
+def test_user_input_queued_while_a_batch_ran_resets_the_streak() -> None:
+    def respond(step: int, last: ModelMessage) -> list[Any]:
+        if step == 2:
+            return [ToolCallPart("ask_user", {}, tool_call_id="q")]
+        if step == 3:
+            return [TextPart("done")]
+        return always_failing()(step, last)
+
+    setup = Setup("shadow")
+    agent = setup.agent(ScriptedModel(respond))
+
+    @agent.tool
+    def ask_user(ctx: RunContext[None]) -> str:
+        ctx.enqueue("Try the release branch instead.")  # user content arriving mid-turn
+        return "asked"
+
+    agent.run_sync("build it")
+    assert [e.has_external_input for e in setup.evaluations] == [False, True]
+    assert setup.reset_reasons() == {"external_input": 1}
