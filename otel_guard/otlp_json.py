@@ -359,7 +359,7 @@ class OtlpJsonReader:
                 if not data.strip():
                     continue
                 try:
-                    text = data.decode("utf-8")
+                    text = data.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError:
                     raise MalformedInput(path, number, "not UTF-8 text") from None
                 try:
