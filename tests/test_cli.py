@@ -1,4 +1,4 @@
-"""The ``otel-guard`` command through its real entry points: ``main(argv)`` and the console script."""
+"""The ``otel-guard`` command through its real entry points: ``main(argv)``, the console script."""
 
 from __future__ import annotations
 
@@ -268,15 +268,22 @@ def test_an_empty_file_gives_an_empty_report(
 
 # -- malformed input ----------------------------------------------------------------------------
 
-SPAN = '{"traceId":"%s","spanId":"%s","name":"s","startTimeUnixNano":"1","endTimeUnixNano":"2"}'
 GOOD_TRACE = "0af7651916cd43dd8448eb211c80319c"
-
-
-def request(span_json: str) -> str:
-    return '{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}]}' % span_json
-
-
 SPANS_PATH = "resourceSpans[0].scopeSpans[0].spans[0]"
+
+
+def request(span: object = None, **fields: object) -> str:
+    """One request line holding ``span``, or a valid span changed by ``fields``."""
+    if span is None:
+        span = {
+            "traceId": GOOD_TRACE,
+            "spanId": "b7ad6b7169203331",
+            "name": "s",
+            "startTimeUnixNano": "1",
+            "endTimeUnixNano": "2",
+            **fields,
+        }
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
 
 
 @pytest.mark.parametrize(
@@ -286,33 +293,17 @@ SPANS_PATH = "resourceSpans[0].scopeSpans[0].spans[0]"
         ("[1, 2]", "request: expected an object"),
         ('{"resourceMetrics": []}', "not a trace export request (no resourceSpans)"),
         ('{"resourceSpans": {}}', "resourceSpans: expected an array"),
-        (request('"span"'), f"{SPANS_PATH}: expected an object"),
+        (request("span"), f"{SPANS_PATH}: expected an object"),
+        (request(traceId="zz" * 16), f"{SPANS_PATH}.traceId: expected 32 hex digits"),
+        (request(spanId="b7ad6b71"), f"{SPANS_PATH}.spanId: expected 16 hex digits"),
+        (request(traceId="0" * 32), f"{SPANS_PATH}.traceId: an all-zero ID is invalid"),
         (
-            request(SPAN % ("zz" * 16, "b7ad6b7169203331")),
-            f"{SPANS_PATH}.traceId: expected 32 hex digits",
-        ),
-        (
-            request(SPAN % (GOOD_TRACE, "b7ad6b71")),
-            f"{SPANS_PATH}.spanId: expected 16 hex digits",
-        ),
-        (
-            request(SPAN % ("0" * 32, "b7ad6b7169203331")),
-            f"{SPANS_PATH}.traceId: an all-zero ID is invalid",
-        ),
-        (
-            request(
-                '{"traceId":"%s","spanId":"b7ad6b7169203331","startTimeUnixNano":"x",'
-                '"endTimeUnixNano":"2"}' % GOOD_TRACE
-            ),
+            request(startTimeUnixNano="x"),
             f"{SPANS_PATH}.startTimeUnixNano: expected an unsigned integer"
             " (number or decimal string)",
         ),
         (
-            request(
-                '{"traceId":"%s","spanId":"b7ad6b7169203331","startTimeUnixNano":"1",'
-                '"endTimeUnixNano":"2","attributes":[{"key":"n","value":{"intValue":"ten"}}]}'
-                % GOOD_TRACE
-            ),
+            request(attributes=[{"key": "n", "value": {"intValue": "ten"}}]),
             f"{SPANS_PATH}.attributes[0].value.intValue: expected an integer"
             " (number or decimal string)",
         ),
