@@ -7,7 +7,8 @@ order) back into the start/end sequence the processor would have seen live:
 
 * spans are buffered per trace; a trace is replayed once its root span has been read and a
   reorder window of further spans has passed (so lines written out of order still join their
-  trace), or when the input ends;
+  trace), or when the input ends; traces ready at the same time are replayed in the order they
+  started;
 * a replayed trace's starts and ends are merged in time order (a parent starts before its
   children, a child ends before its parent when both end at the same nanosecond);
 * the replay acts as a host that reads the guard's action after every batch, so ``enforce``
@@ -515,15 +516,34 @@ class Replayer:
             if span.parent is None:
                 self._finished.append((trace_id, self._read + self._window))
         finished = self._finished
-        while finished and finished[0][1] <= self._read:
-            self._replay(finished.popleft()[0])
+        if finished and finished[0][1] <= self._read:
+            ready = []
+            while finished and finished[0][1] <= self._read:
+                ready.append(finished.popleft()[0])
+            self._replay_in_start_order(ready)
+
+    @property
+    def open_traces(self) -> int:
+        """Traces buffered and not yet replayed."""
+        return len(self._traces)
 
     def finish(self) -> GuardReport:
         """Replay every buffered trace and close the pipeline; returns the report."""
-        while self._traces:
-            self._replay(next(iter(self._traces)))
+        self._replay_in_start_order(list(self._traces))
         self._finished.clear()
         return self.pipeline.close()
+
+    def _replay_in_start_order(self, trace_ids: Sequence[int]) -> None:
+        # Traces ready together go in the order they started: a prompt whose batches are
+        # separate traces then still sees its batches in order.
+        traces = self._traces
+        started = {
+            trace_id: min((s.start_time or 0 for s in traces[trace_id].spans), default=0)
+            for trace_id in trace_ids
+            if trace_id in traces
+        }
+        for trace_id in sorted(started, key=started.__getitem__):
+            self._replay(trace_id)
 
     def _replay(self, trace_id: int) -> None:
         trace = self._traces.pop(trace_id, None)
