@@ -83,101 +83,151 @@ class MalformedInput(Exception):
 
 
 class _Shape(Exception):
-    """A shape error inside one line; the reader adds the file and line."""
+    """A shape error inside one line, with its path; the reader adds the file and line.
+
+    Paths are built only when an error is raised (callers prefix their part on the way out),
+    so a well-formed line costs no string formatting.
+    """
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+    def within(self, prefix: str) -> _Shape:
+        self.path = prefix + self.path
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
 
 
 # -- reading ---------------------------------------------------------------------------------
 
-
-def _expect(value: object, kind: type, where: str) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise _Shape(f"{where}: expected {_TYPE_NAMES.get(kind, kind.__name__)}")
-    return value
-
-
 _TYPE_NAMES: Final = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
 
 
-def _hex_id(value: object, length: int, where: str, *, optional: bool = False) -> int:
+def _expect(value: object, kind: type, path: str) -> Any:
+    if type(value) is kind:
+        return value
+    if isinstance(value, kind) and not isinstance(value, bool):
+        return value
+    raise _Shape(f"expected {_TYPE_NAMES.get(kind, kind.__name__)}", path)
+
+
+def _hex_id(value: object, length: int, path: str, *, optional: bool = False) -> int:
     if optional and (value is None or value == ""):
         return 0
-    if not isinstance(value, str) or len(value) != length or not _HEX.issuperset(value):
-        raise _Shape(f"{where}: expected {length} hex digits")
+    if type(value) is not str or len(value) != length or not _HEX.issuperset(value):
+        raise _Shape(f"expected {length} hex digits", path)
     number = int(value, 16)
     if number == 0 and not optional:
-        raise _Shape(f"{where}: an all-zero ID is invalid")
+        raise _Shape("an all-zero ID is invalid", path)
     return number
 
 
-def _uint64(value: object, where: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str) and value.isdigit() and value.isascii():
+def _uint64(value: object, path: str) -> int:
+    if type(value) is str and value.isdigit() and value.isascii():
         number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
     else:
-        raise _Shape(f"{where}: expected an unsigned integer (number or decimal string)")
+        raise _Shape("expected an unsigned integer (number or decimal string)", path)
     if not 0 <= number < 1 << 64:
-        raise _Shape(f"{where}: out of range")
+        raise _Shape("out of range", path)
     return number
 
 
-def _any_value(value: object, where: str) -> AttributeValue | None:
+def _any_value(body: dict[str, Any]) -> AttributeValue | None:
     """An OTLP ``AnyValue`` as a span attribute value; ``None`` for what spans cannot hold."""
-    body = _expect(value, dict, where)
     if not body:
         return None
     if len(body) != 1:
-        raise _Shape(f"{where}: expected exactly one value field")
+        raise _Shape("expected exactly one value field")
     ((field, inner),) = body.items()
     if field == "stringValue":
-        return _expect(inner, str, f"{where}.stringValue")  # type: ignore[no-any-return]
+        return _expect(inner, str, ".stringValue")  # type: ignore[no-any-return]
     if field == "boolValue":
-        return _expect(inner, bool, f"{where}.boolValue")  # type: ignore[no-any-return]
+        if type(inner) is not bool:
+            raise _Shape("expected a boolean", ".boolValue")
+        return inner
     if field == "intValue":
-        if isinstance(inner, int) and not isinstance(inner, bool):
+        if type(inner) is int:
             return inner
-        if isinstance(inner, str):
+        if type(inner) is str:
             try:
                 return int(inner, 10)
             except ValueError:
                 pass
-        raise _Shape(f"{where}.intValue: expected an integer (number or decimal string)")
+        raise _Shape("expected an integer (number or decimal string)", ".intValue")
     if field == "doubleValue":
-        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+        if type(inner) in (int, float):
             return float(inner)
         if inner in ("NaN", "Infinity", "-Infinity"):
             return float(inner)  # Python reads the three JSON spellings itself
-        raise _Shape(f"{where}.doubleValue: expected a number")
+        raise _Shape("expected a number", ".doubleValue")
     if field == "arrayValue":
-        array = _expect(inner, dict, f"{where}.arrayValue")
-        values = _expect(array.get("values", []), list, f"{where}.arrayValue.values")
-        items = [_any_value(v, f"{where}.arrayValue.values[{i}]") for i, v in enumerate(values)]
-        kept = [v for v in items if v is not None]
+        array = _expect(inner, dict, ".arrayValue")
+        values = _expect(array.get("values", []), list, ".arrayValue.values")
+        kept = []
+        for index, item in enumerate(values):
+            try:
+                converted = _any_value(_expect(item, dict, ""))
+            except _Shape as error:
+                raise error.within(f".arrayValue.values[{index}]") from None
+            if converted is not None:
+                kept.append(converted)
         # Span attributes hold homogeneous arrays of primitives only.
-        if any(isinstance(v, (tuple, list)) for v in kept) or len({type(v) for v in kept}) > 1:
+        if any(isinstance(v, tuple) for v in kept) or len({type(v) for v in kept}) > 1:
             return None
         return tuple(kept)
     if field == "kvlistValue":
-        kvlist = _expect(inner, dict, f"{where}.kvlistValue")
-        _attributes(kvlist.get("values", []), f"{where}.kvlistValue.values")
+        kvlist = _expect(inner, dict, ".kvlistValue")
+        try:
+            _attributes(kvlist.get("values", []))
+        except _Shape as error:
+            raise error.within(".kvlistValue.values") from None
         return None  # a map is not a span attribute value; validated, then left out
     if field == "bytesValue":
-        text = _expect(inner, str, f"{where}.bytesValue")
+        text = _expect(inner, str, ".bytesValue")
         try:
             base64.b64decode(text, validate=True)
         except (ValueError, TypeError):
-            raise _Shape(f"{where}.bytesValue: expected base64") from None
+            raise _Shape("expected base64", ".bytesValue") from None
         return None  # bytes are not a span attribute value
-    raise _Shape(f"{where}: unknown value field {field!r}")
+    raise _Shape(f"unknown value field {field!r}")
 
 
-def _attributes(value: object, where: str) -> dict[str, AttributeValue]:
-    entries = _expect(value, list, where)
+def _attributes(value: object) -> dict[str, AttributeValue]:
+    entries = _expect(value, list, "")
     result: dict[str, AttributeValue] = {}
-    for index, entry in enumerate(entries):
-        item = _expect(entry, dict, f"{where}[{index}]")
-        key = _expect(item.get("key"), str, f"{where}[{index}].key")
-        converted = _any_value(item.get("value", {}), f"{where}[{index}].value")
+    for index, item in enumerate(entries):
+        # The common case first: a string-keyed string or integer value, fully checked here.
+        if type(item) is dict:
+            key = item.get("key")
+            body = item.get("value")
+            if type(key) is str and type(body) is dict and len(body) == 1:
+                inner = body.get("stringValue")
+                if type(inner) is str:
+                    result[key] = inner
+                    continue
+                inner = body.get("intValue")
+                if type(inner) is str and inner.isdigit() and inner.isascii():
+                    result[key] = int(inner)
+                    continue
+                inner = body.get("boolValue")
+                if type(inner) is bool:
+                    result[key] = inner
+                    continue
+        try:
+            entry = _expect(item, dict, "")
+            key = _expect(entry.get("key"), str, ".key")
+            try:
+                converted = _any_value(_expect(entry.get("value", {}), dict, ""))
+            except _Shape as error:
+                raise error.within(".value") from None
+        except _Shape as error:
+            raise error.within(f"[{index}]") from None
         if converted is not None:
             result[key] = converted
     return result
@@ -213,13 +263,13 @@ class _Interner:
         return found
 
 
-def parse_request(text: str, interner: _Interner | None = None) -> list[ReadableSpan]:
+def parse_request(text: str) -> list[ReadableSpan]:
     """The spans of one OTLP/JSON ``ExportTraceServiceRequest`` line.
 
     Raises :class:`ValueError` with a description (no file or line) when the line is not one.
     """
     try:
-        return _parse_request(text, interner or _Interner())
+        return _parse_request(text, _Interner())
     except _Shape as error:
         raise ValueError(str(error)) from None
 
@@ -236,70 +286,89 @@ def _parse_request(text: str, interner: _Interner) -> list[ReadableSpan]:
         raise _Shape("not a trace export request (no resourceSpans)")
     spans: list[ReadableSpan] = []
     for r, resource_spans in enumerate(_expect(request["resourceSpans"], list, "resourceSpans")):
-        where_r = f"resourceSpans[{r}]"
-        block = _expect(resource_spans, dict, where_r)
-        resource_body = _expect(block.get("resource", {}), dict, f"{where_r}.resource")
-        resource = interner.resource(
-            _attributes(resource_body.get("attributes", []), f"{where_r}.resource.attributes"),
-            _expect(block.get("schemaUrl", ""), str, f"{where_r}.schemaUrl"),
-        )
-        for s, scope_spans in enumerate(_expect(block.get("scopeSpans", []), list, where_r)):
-            where_s = f"{where_r}.scopeSpans[{s}]"
-            scope_block = _expect(scope_spans, dict, where_s)
-            scope_body = _expect(scope_block.get("scope", {}), dict, f"{where_s}.scope")
-            scope = interner.scope(
-                _expect(scope_body.get("name", ""), str, f"{where_s}.scope.name"),
-                _expect(scope_body.get("version", ""), str, f"{where_s}.scope.version") or None,
-                _expect(scope_block.get("schemaUrl", ""), str, f"{where_s}.schemaUrl") or None,
-            )
-            for i, span in enumerate(_expect(scope_block.get("spans", []), list, where_s)):
-                spans.append(_span(span, f"{where_s}.spans[{i}]", resource, scope))
+        try:
+            _resource_spans(resource_spans, interner, spans)
+        except _Shape as error:
+            raise error.within(f"resourceSpans[{r}]") from None
     return spans
 
 
-def _span(
-    value: object, where: str, resource: Resource, scope: InstrumentationScope
-) -> ReadableSpan:
-    body = _expect(value, dict, where)
-    trace_id = _hex_id(body.get("traceId"), 32, f"{where}.traceId")
-    span_id = _hex_id(body.get("spanId"), 16, f"{where}.spanId")
-    parent_id = _hex_id(body.get("parentSpanId"), 16, f"{where}.parentSpanId", optional=True)
-    start = _uint64(body.get("startTimeUnixNano"), f"{where}.startTimeUnixNano")
-    end = _uint64(body.get("endTimeUnixNano"), f"{where}.endTimeUnixNano")
+def _resource_spans(value: object, interner: _Interner, spans: list[ReadableSpan]) -> None:
+    block = _expect(value, dict, "")
+    resource_body = _expect(block.get("resource", {}), dict, ".resource")
+    try:
+        resource_attributes = _attributes(resource_body.get("attributes", []))
+    except _Shape as error:
+        raise error.within(".resource.attributes") from None
+    resource = interner.resource(
+        resource_attributes, _expect(block.get("schemaUrl", ""), str, ".schemaUrl")
+    )
+    for s, scope_spans in enumerate(_expect(block.get("scopeSpans", []), list, ".scopeSpans")):
+        prefix = f".scopeSpans[{s}]"
+        scope_block = _expect(scope_spans, dict, prefix)
+        scope_body = _expect(scope_block.get("scope", {}), dict, f"{prefix}.scope")
+        scope = interner.scope(
+            _expect(scope_body.get("name", ""), str, f"{prefix}.scope.name"),
+            _expect(scope_body.get("version", ""), str, f"{prefix}.scope.version") or None,
+            _expect(scope_block.get("schemaUrl", ""), str, f"{prefix}.schemaUrl") or None,
+        )
+        for i, span in enumerate(_expect(scope_block.get("spans", []), list, f"{prefix}.spans")):
+            try:
+                spans.append(_span(span, resource, scope))
+            except _Shape as error:
+                raise error.within(f"{prefix}.spans[{i}]") from None
+
+
+def _span(value: object, resource: Resource, scope: InstrumentationScope) -> ReadableSpan:
+    body = _expect(value, dict, "")
+    get = body.get
+    trace_id = _hex_id(get("traceId"), 32, ".traceId")
+    span_id = _hex_id(get("spanId"), 16, ".spanId")
+    parent_id = _hex_id(get("parentSpanId"), 16, ".parentSpanId", optional=True)
+    start = _uint64(get("startTimeUnixNano"), ".startTimeUnixNano")
+    end = _uint64(get("endTimeUnixNano"), ".endTimeUnixNano")
     if end < start:
-        raise _Shape(f"{where}: endTimeUnixNano is before startTimeUnixNano")
-    kind = _KINDS.get(_expect(body.get("kind", 0), int, f"{where}.kind"))
+        raise _Shape("endTimeUnixNano is before startTimeUnixNano")
+    kind = _KINDS.get(_expect(get("kind", 0), int, ".kind"))
     if kind is None:
-        raise _Shape(f"{where}.kind: unknown span kind")
-    flags = _uint64(body.get("flags", 1), f"{where}.flags") & 0xFF
-    status_body = _expect(body.get("status", {}), dict, f"{where}.status")
+        raise _Shape("unknown span kind", ".kind")
+    flags = TraceFlags(_uint64(get("flags", 1), ".flags") & 0xFF)
+    status_body = _expect(get("status", _NO_STATUS), dict, ".status")
     status = _UNSET_STATUS
     if status_body:
-        code = _STATUS.get(_expect(status_body.get("code", 0), int, f"{where}.status.code"))
+        code = _STATUS.get(_expect(status_body.get("code", 0), int, ".status.code"))
         if code is None:
-            raise _Shape(f"{where}.status.code: unknown status code")
-        message = _expect(status_body.get("message", ""), str, f"{where}.status.message")
+            raise _Shape("unknown status code", ".status.code")
+        message = _expect(status_body.get("message", ""), str, ".status.message")
         status = Status(code, message or None) if code is StatusCode.ERROR else Status(code)
-    _expect(body.get("events", []), list, f"{where}.events")
-    _expect(body.get("links", []), list, f"{where}.links")
-    context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(flags))
-    parent = (
-        SpanContext(trace_id, parent_id, is_remote=False, trace_flags=TraceFlags(flags))
-        if parent_id
-        else None
-    )
+    if "events" in body:
+        _expect(body["events"], list, ".events")
+    if "links" in body:
+        _expect(body["links"], list, ".links")
+    try:
+        attributes = _attributes(get("attributes", _NO_ATTRIBUTES))
+    except _Shape as error:
+        raise error.within(".attributes") from None
     return ReadableSpan(
-        name=_expect(body.get("name", ""), str, f"{where}.name"),
-        context=context,
-        parent=parent,
+        name=_expect(get("name", ""), str, ".name"),
+        context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags),
+        parent=(
+            SpanContext(trace_id, parent_id, is_remote=False, trace_flags=flags)
+            if parent_id
+            else None
+        ),
         resource=resource,
-        attributes=_attributes(body.get("attributes", []), f"{where}.attributes"),
+        attributes=attributes,
         kind=kind,
         status=status,
         start_time=start,
         end_time=end,
         instrumentation_scope=scope,
     )
+
+
+_NO_STATUS: Final[dict[str, Any]] = {}
+_NO_ATTRIBUTES: Final[list[Any]] = []
 
 
 @dataclass(frozen=True, slots=True)

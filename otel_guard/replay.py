@@ -35,6 +35,7 @@ from opentelemetry.sdk._logs.export import (
 )
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span
 from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
     DEPLOYMENT_ENVIRONMENT,
@@ -104,6 +105,7 @@ _LOG_KEYS: Final = frozenset(METRIC_ATTRIBUTE_VALUES) | {
 }
 _EVENTS: Final = frozenset({TRANSITION_EVENT, LOOP_EVENT, DIAGNOSTIC_EVENT})
 _MAX_PROMPT_AUDITS: Final = 200_000
+_MAX_RESOURCES: Final = 4096
 
 Group = tuple[str | None, str | None]
 
@@ -173,12 +175,20 @@ class GuardReport:
         self.warned_sample: list[dict[str, Any]] = []
         self.stopped_sample: list[dict[str, Any]] = []
         self._prompts: OrderedDict[str, _PromptAudit] = OrderedDict()
+        self._resource_groups: dict[int, tuple[Resource, Tally]] = {}
 
     # -- input -----------------------------------------------------------------------------
 
     def count_span(self, span: ReadableSpan) -> None:
         self.total.spans += 1
-        self._group(group_of(span)).spans += 1
+        resource = span.resource
+        # Readers share one Resource object per distinct resource: look its group up once.
+        cached = self._resource_groups.get(id(resource))
+        if cached is None or cached[0] is not resource:
+            if len(self._resource_groups) >= _MAX_RESOURCES:
+                self._resource_groups.clear()
+            cached = self._resource_groups[id(resource)] = (resource, self._group(group_of(span)))
+        cached[1].spans += 1
 
     def observe(self, evaluation: BatchEvaluation) -> None:
         """Record one evaluated batch (a processor listener)."""
