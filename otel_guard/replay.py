@@ -403,8 +403,10 @@ def _tally_lines(tally: Tally) -> list[str]:
         f"  spans {tally.spans}  prompts {tally.prompts}  batches {tally.batches}",
         f"  decisions: {_counts_text(tally.decisions, DECISION_VALUES)}",
         f"  reset reasons: {_counts_text(tally.reset_reasons, RESET_REASONS)}",
-        f"  prompts warned {tally.prompts_warned}, stopped {tally.prompts_stopped};"
-        f" tool calls saved by stopping (estimate) {tally.tool_calls_saved}",
+        f"  prompts warned {tally.prompts_warned}, stopped {tally.prompts_stopped}"
+        " (would_warn and would_stop included)",
+        f"  tool calls after the stop decision (saved by stopping, estimate): "
+        f"{tally.tool_calls_saved}",
     ]
 
 

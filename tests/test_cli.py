@@ -494,3 +494,16 @@ def test_progress_bar_on_a_terminal(demo_files: dict[str, tuple[Path, str]]) -> 
     drawn = b"".join(chunks).decode()
     assert re.search(r"\r\[[#.]{30}\] +\d+%  \d+ spans", drawn)
     assert drawn.endswith("\r")  # the bar is cleared before the report
+
+
+def test_the_example_file_replays_to_the_demo_decisions(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
+    _, demo_output, _ = run(capsys, "demo")
+    code, report, err = replay_json(capsys, str(example))
+    assert (code, err) == (0, "")
+    assert report["decisions"] == {
+        value: timeline_decisions(demo_output)[value] for value in DECISION_VALUES
+    }
+    assert report["spans"] == 114 and report["invariant_violations"] == 0
