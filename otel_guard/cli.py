@@ -2,7 +2,8 @@
 
 Exit status: 0 when every input was read; 1 when an input file could not be read or held a
 malformed line (the one-line message ``FILE:LINE: what`` goes to stderr and the report of
-everything read before it still goes to stdout); 2 for a usage error.
+everything read before it still goes to stdout); 2 for a usage error; 130 when interrupted
+(the report of what was read is still printed).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = ["main"]
 
 EXIT_OK = 0
 EXIT_INPUT = 1
+EXIT_INTERRUPTED = 130
 
 
 def _mode(value: str) -> str:
@@ -100,7 +102,8 @@ def _replay(mode: str, output_format: str, files: Sequence[str]) -> int:
     reader = OtlpJsonReader(files)
     replayer = Replayer(mode)
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
-    error: MalformedInput | None = None
+    error: str | None = None
+    status = EXIT_OK
     spans = 0
     try:
         for line in reader:
@@ -109,23 +112,26 @@ def _replay(mode: str, output_format: str, files: Sequence[str]) -> int:
             if progress is not None:
                 progress.update(reader.bytes_read, reader.total_bytes, spans)
     except MalformedInput as malformed:
-        error = malformed
+        error, status = str(malformed), EXIT_INPUT
+    except KeyboardInterrupt:
+        # Report what was read so far, as for malformed input.
+        error, status = "interrupted", EXIT_INTERRUPTED
     finally:
         if progress is not None:
             progress.clear()
     report = replayer.finish()
     if error is not None:
-        print(str(error), file=sys.stderr)
+        print(error, file=sys.stderr)
     if output_format == "json":
         document = report.to_json()
         document["files"] = list(files)
-        document["error"] = None if error is None else str(error)
+        document["error"] = error
         print(json.dumps(document, indent=2))
     else:
         print(report.render_text())
         if error is not None:
             print(f"input stopped early: {error}")
-    return EXIT_INPUT if error is not None else EXIT_OK
+    return status
 
 
 class _Progress:
