@@ -8,7 +8,7 @@ order) back into the start/end sequence the processor would have seen live:
 * spans are buffered per trace; a trace is replayed once its root span has been read and a
   reorder window of further spans has passed (so lines written out of order still join their
   trace), or when the input ends; traces ready at the same time are replayed in the order they
-  started;
+  started; a span read twice while its trace is buffered (a retried export) is counted once;
 * a replayed trace's starts and ends are merged in time order (a parent starts before its
   children, a child ends before its parent when both end at the same nanosecond);
 * the replay acts as a host that reads the guard's action after every batch, so ``enforce``
@@ -170,6 +170,7 @@ class GuardReport:
         self.total = Tally()
         self.groups: dict[Group, Tally] = {}
         self.traces = 0
+        self.duplicate_spans = 0
         self.violations: Counter[str] = Counter({name: 0 for name in INVARIANTS})
         self.diagnostics: dict[str, int] = {}
         self.warned_sample: list[dict[str, Any]] = []
@@ -310,7 +311,11 @@ class GuardReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as one JSON-ready object (SPEC section 7 fields, and more)."""
-        document: dict[str, Any] = {"mode": self.mode, "traces": self.traces}
+        document: dict[str, Any] = {
+            "mode": self.mode,
+            "traces": self.traces,
+            "duplicate_spans": self.duplicate_spans,
+        }
         document.update(self.total.to_json())
         document["invariant_violations"] = self.invariant_violations
         document["invariants"] = {name: self.violations[name] for name in INVARIANTS}
@@ -333,7 +338,10 @@ class GuardReport:
             )
             lines.extend(_tally_lines(tally))
             lines.append("")
-        lines.append(f"all ({self.traces} traces, mode {self.mode})")
+        duplicates = (
+            f", {self.duplicate_spans} duplicate spans ignored" if self.duplicate_spans else ""
+        )
+        lines.append(f"all ({self.traces} traces{duplicates}, mode {self.mode})")
         lines.extend(_tally_lines(self.total))
         for title, sample in (("warned", self.warned_sample), ("stopped", self.stopped_sample)):
             if sample:
@@ -483,10 +491,11 @@ class GuardPipeline:
 
 
 class _Trace:
-    __slots__ = ("spans",)
+    __slots__ = ("span_ids", "spans")
 
     def __init__(self) -> None:
         self.spans: list[ReadableSpan] = []
+        self.span_ids: set[int] = set()
 
 
 class Replayer:
@@ -524,6 +533,12 @@ class Replayer:
                 if len(traces) >= self._max_open:
                     self._replay(next(iter(traces)))
                 trace = traces[trace_id] = _Trace()
+            span_id = span.context.span_id if span.context is not None else 0
+            if span_id in trace.span_ids:
+                # Export is at-least-once: a retried request repeats spans already read.
+                report.duplicate_spans += 1
+                continue
+            trace.span_ids.add(span_id)
             trace.spans.append(span)
             if span.parent is None:
                 self._finished.append((trace_id, self._read + self._window))

@@ -507,3 +507,18 @@ def test_the_example_file_replays_to_the_demo_decisions(
         value: timeline_decisions(demo_output)[value] for value in DECISION_VALUES
     }
     assert report["spans"] == 114 and report["invariant_violations"] == 0
+
+
+def test_spans_repeated_by_a_retried_export_are_counted_once(
+    tmp_path: Path, demo_files: dict[str, tuple[Path, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, demo_output = demo_files["enforce"]
+    lines = source.read_text(encoding="utf-8").splitlines()
+    doubled = tmp_path / "doubled.jsonl"
+    doubled.write_text("\n".join(line for line in lines for _ in range(2)) + "\n", "utf-8")
+    code, report, _ = replay_json(capsys, "--mode", "enforce", str(doubled))
+    assert code == 0
+    assert report["decisions"] == {
+        value: timeline_decisions(demo_output)[value] for value in DECISION_VALUES
+    }
+    assert (report["spans"], report["duplicate_spans"]) == (208, 104)
