@@ -127,7 +127,7 @@ def _hex_id(value: object, length: int, path: str, *, optional: bool = False) ->
 
 
 def _uint64(value: object, path: str) -> int:
-    if type(value) is str and value.isdigit() and value.isascii():
+    if type(value) is str and len(value) <= 20 and value.isdigit() and value.isascii():
         number = int(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         number = value
@@ -212,7 +212,7 @@ def _attributes(value: object) -> dict[str, AttributeValue]:
                     result[key] = inner
                     continue
                 inner = body.get("intValue")
-                if type(inner) is str and inner.isdigit() and inner.isascii():
+                if type(inner) is str and len(inner) <= 18 and inner.isdigit() and inner.isascii():
                     result[key] = int(inner)
                     continue
                 inner = body.get("boolValue")
@@ -281,6 +281,8 @@ def _parse_request(text: str, interner: _Interner) -> list[ReadableSpan]:
         raise _Shape(f"invalid JSON ({error.msg} at column {error.colno})") from None
     except RecursionError:
         raise _Shape("invalid JSON (nested too deeply)") from None
+    except ValueError:  # e.g. a number longer than Python converts
+        raise _Shape("invalid JSON (a value out of range)") from None
     request = _expect(document, dict, "request")
     if "resourceSpans" not in request:
         raise _Shape("not a trace export request (no resourceSpans)")

@@ -294,3 +294,63 @@ def test_any_attribute_round_trips(attributes: dict[str, Any]) -> None:
     (span,) = exporter.get_finished_spans()
     (read,) = parse_request(json.dumps(encode_request([span])))
     assert dict(read.attributes or {}) == dict(span.attributes or {})
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _paths(document: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix]
+    if isinstance(document, dict):
+        for key, value in document.items():
+            found.extend(_paths(value, (*prefix, key)))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            found.extend(_paths(value, (*prefix, index)))
+    return found
+
+
+_VALID = encode_request(produce())
+
+
+@given(data=st.data(), replacement=_JSON)
+def test_any_corrupted_request_is_read_or_described_never_crashes(
+    data: st.DataObject, replacement: Any
+) -> None:
+    document = json.loads(json.dumps(_VALID))
+    path = data.draw(st.sampled_from(_paths(document)))
+    if not path:
+        document = replacement
+    else:
+        target = document
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = replacement
+    try:
+        spans = parse_request(json.dumps(document))
+    except ValueError as error:
+        assert "\n" not in str(error) and str(error)
+    else:
+        assert all(isinstance(span, ReadableSpan) for span in spans)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("startTimeUnixNano", "9" * 5000, ".startTimeUnixNano: expected an unsigned integer"),
+        ("attributes", [{"key": "k", "value": {"intValue": "9" * 5000}}], ".intValue: expected"),
+    ],
+)
+def test_numbers_too_long_to_convert_are_described(field: str, value: Any, message: str) -> None:
+    span = {"traceId": "1" * 32, "spanId": "2" * 16, "startTimeUnixNano": 1, "endTimeUnixNano": 2}
+    span[field] = value
+    with pytest.raises(ValueError, match=message):
+        parse_request(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    with pytest.raises(ValueError, match=r"^invalid JSON \(a value out of range\)$"):
+        parse_request('{"resourceSpans": [' + "9" * 5000 + "]}")
