@@ -45,7 +45,7 @@ from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
 from otel_guard import attributes as attr
 from otel_guard.processor import BatchEvaluation, GuardSpanProcessor
-from otel_guard.reducer import RESET_REASONS, Mode
+from otel_guard.reducer import RESET_REASONS, Mode, Observation
 from otel_guard.sensitive import is_sensitive
 from otel_guard.telemetry import (
     DECISION_VALUES,
@@ -161,8 +161,8 @@ class GuardReport:
     """What the guard decided, batch by batch, and the invariants checked on the way.
 
     :meth:`observe` is a :class:`~otel_guard.GuardSpanProcessor` listener. Prompts are told apart
-    by ID within a bounded table of recently active prompts (200,000): memory follows active
-    prompts, not the input size.
+    by ID (unique per prompt, as ACP issues them) within a bounded table of recently active
+    prompts (200,000): memory follows active prompts, not the input size.
     """
 
     def __init__(self, mode: str) -> None:
@@ -235,7 +235,7 @@ class GuardReport:
             audit.warned_ordinals.add(ordinal)
 
     def _check(
-        self, evaluation: BatchEvaluation, audit: _PromptAudit, calls: Sequence[Any]
+        self, evaluation: BatchEvaluation, audit: _PromptAudit, calls: Sequence[Observation]
     ) -> None:
         """The design document's invariants, re-derived from the batch, not from the reducer."""
         if not evaluation.input_reliable:
@@ -385,7 +385,7 @@ class GuardReport:
         return entry
 
 
-def _ineligible(observation: Any) -> bool:
+def _ineligible(observation: Observation) -> bool:
     execution = observation.execution_status
     if execution is None or execution == "unknown":
         return True
