@@ -1,0 +1,356 @@
+"""The OTLP/JSON reader and writer."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+from hypothesis import given
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+
+from otel_guard.otlp_json import (
+    MalformedInput,
+    OtlpJsonReader,
+    OtlpJsonSpanExporter,
+    encode_request,
+    parse_request,
+)
+
+RESOURCE = Resource.create({"service.name": "agent", "service.version": "1.2.3"})
+
+
+def produce() -> list[ReadableSpan]:
+    """A parent and two children through a real SDK pipeline, with every attribute type."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("agent", "0.1")
+    parent = tracer.start_span("tool_batch", kind=SpanKind.SERVER, attributes={"n": 3})
+    context = set_span_in_context(parent)
+    child = tracer.start_span(
+        "execute_tool",
+        context=context,
+        attributes={
+            "s": "text",
+            "b": True,
+            "i": -(2**62),
+            "f": 1.5,
+            "list": ("a", "b"),
+            "ints": (1, 2),
+        },
+    )
+    child.set_status(Status(StatusCode.ERROR, "boom"))
+    child.end()
+    tracer.start_span("execute_tool", context=context).end()
+    parent.end()
+    provider.shutdown()
+    return list(exporter.get_finished_spans())
+
+
+def summary(span: ReadableSpan) -> tuple[Any, ...]:
+    context = span.context
+    assert context is not None
+    return (
+        context.trace_id,
+        context.span_id,
+        None if span.parent is None else span.parent.span_id,
+        span.name,
+        span.kind,
+        span.start_time,
+        span.end_time,
+        dict(span.attributes or {}),
+        span.status.status_code,
+        span.status.description,
+        dict(span.resource.attributes),
+        span.instrumentation_scope.name if span.instrumentation_scope else None,
+    )
+
+
+def hex_ids(document: Any) -> Any:
+    """Turn the protobuf JSON mapping's base64 IDs into OTLP/JSON hex IDs."""
+    if isinstance(document, dict):
+        return {
+            key: base64.b64decode(value).hex()
+            if key in ("traceId", "spanId", "parentSpanId")
+            else hex_ids(value)
+            for key, value in document.items()
+        }
+    if isinstance(document, list):
+        return [hex_ids(item) for item in document]
+    return document
+
+
+def test_written_lines_read_back_to_the_same_spans() -> None:
+    spans = produce()
+    line = json.dumps(encode_request(spans))
+    assert [summary(s) for s in parse_request(line)] == [summary(s) for s in spans]
+
+
+def test_written_lines_use_hex_ids_and_string_integers_like_the_collector() -> None:
+    spans = produce()
+    document = encode_request(spans)
+    body = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert body["traceId"] == f"{spans[0].context.trace_id:032x}"  # type: ignore[union-attr]
+    assert body["parentSpanId"] == f"{spans[0].parent.span_id:016x}"  # type: ignore[union-attr]
+    assert body["startTimeUnixNano"] == str(spans[0].start_time)
+    assert {"key": "i", "value": {"intValue": str(-(2**62))}} in body["attributes"]
+    assert body["status"] == {"code": 2, "message": "boom"}
+
+
+def test_the_reference_protobuf_encoding_reads_to_the_same_spans() -> None:
+    spans = produce()
+    reference = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    line = json.dumps(hex_ids(reference))
+    assert [summary(s) for s in parse_request(line)] == [summary(s) for s in spans]
+
+
+def test_exporter_writes_one_line_per_export(tmp_path: Path) -> None:
+    spans = produce()
+    path = tmp_path / "out.jsonl"
+    with open(path, "w", encoding="utf-8") as stream:
+        exporter = OtlpJsonSpanExporter(stream)
+        exporter.export(spans[:1])
+        exporter.export(spans[1:])
+        exporter.export([])
+        exporter.shutdown()
+    lines = [line.spans for line in OtlpJsonReader([str(path)])]
+    assert [len(spans_of_line) for spans_of_line in lines] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"stringValue": "x"}, "x"),
+        ({"intValue": "42"}, 42),
+        ({"intValue": 42}, 42),
+        ({"intValue": "-7"}, -7),
+        ({"boolValue": False}, False),
+        ({"doubleValue": 2.5}, 2.5),
+        ({"doubleValue": 3}, 3.0),
+        ({"arrayValue": {"values": [{"intValue": "1"}, {"intValue": 2}]}}, (1, 2)),
+        ({"arrayValue": {}}, ()),
+    ],
+)
+def test_any_values_become_span_attribute_values(value: dict[str, Any], expected: Any) -> None:
+    line = json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": "1" * 32,
+                                    "spanId": "2" * 16,
+                                    "startTimeUnixNano": 1,
+                                    "endTimeUnixNano": 2,
+                                    "attributes": [{"key": "k", "value": value}],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+    (span,) = parse_request(line)
+    assert dict(span.attributes or {}) == {"k": expected}
+    assert (span.start_time, span.end_time) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        {"kvlistValue": {"values": [{"key": "a", "value": {"stringValue": "b"}}]}},
+        {"bytesValue": "aGVsbG8="},
+        {"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "x"}]}},
+    ],
+)
+def test_values_a_span_attribute_cannot_hold_are_left_out(value: dict[str, Any]) -> None:
+    line = json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": "1" * 32,
+                                    "spanId": "2" * 16,
+                                    "startTimeUnixNano": "1",
+                                    "endTimeUnixNano": "1",
+                                    "attributes": [{"key": "k", "value": value}],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+    (span,) = parse_request(line)
+    assert dict(span.attributes or {}) == {}
+
+
+@pytest.mark.parametrize(
+    ("span_fields", "message"),
+    [
+        ({"endTimeUnixNano": "0"}, ": endTimeUnixNano is before startTimeUnixNano"),
+        ({"parentSpanId": "xyz"}, ".parentSpanId: expected 16 hex digits"),
+        ({"kind": 9}, ".kind: unknown span kind"),
+        ({"status": {"code": 7}}, ".status.code: unknown status code"),
+        ({"attributes": [{"key": 1}]}, ".attributes[0].key: expected a string"),
+        (
+            {"attributes": [{"key": "k", "value": {"mapValue": {}}}]},
+            ".attributes[0].value: unknown value field 'mapValue'",
+        ),
+        (
+            {"attributes": [{"key": "k", "value": {"bytesValue": "%%"}}]},
+            ".attributes[0].value.bytesValue: expected base64",
+        ),
+        ({"startTimeUnixNano": str(2**64)}, ".startTimeUnixNano: out of range"),
+        ({"events": {}}, ".events: expected an array"),
+    ],
+)
+def test_wrong_shapes_are_described(span_fields: dict[str, Any], message: str) -> None:
+    span = {
+        "traceId": "1" * 32,
+        "spanId": "2" * 16,
+        "startTimeUnixNano": "5",
+        "endTimeUnixNano": "6",
+        **span_fields,
+    }
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+    with pytest.raises(ValueError) as error:
+        parse_request(line)
+    assert str(error.value) == "resourceSpans[0].scopeSpans[0].spans[0]" + message
+
+
+def test_an_empty_parent_id_means_a_root_span() -> None:
+    span = {
+        "traceId": "1" * 32,
+        "spanId": "2" * 16,
+        "parentSpanId": "",
+        "startTimeUnixNano": "5",
+        "endTimeUnixNano": "6",
+    }
+    (parsed,) = parse_request(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    assert parsed.parent is None
+
+
+def test_gzip_is_recognised_by_content_and_lines_are_numbered_with_blanks(tmp_path: Path) -> None:
+    line = json.dumps(encode_request(produce()))
+    plain = tmp_path / "a.jsonl"
+    plain.write_text(f"\n{line}\n\n", encoding="utf-8")
+    packed = tmp_path / "b.json"  # no .gz suffix: detected by its magic bytes
+    packed.write_bytes(gzip.compress(f"{line}\n".encode()))
+    reader = OtlpJsonReader([str(plain), str(packed)])
+    read = [(Path(item.path).name, item.line, len(item.spans)) for item in reader]
+    assert read == [("a.jsonl", 2, 3), ("b.json", 1, 3)]
+    assert reader.bytes_read == reader.total_bytes == plain.stat().st_size + packed.stat().st_size
+
+
+def test_bad_utf8_is_a_malformed_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"resourceSpans": []}\n\xff\xfe\n')
+    reader = iter(OtlpJsonReader([str(path)]))
+    assert next(reader).spans == []
+    with pytest.raises(MalformedInput) as error:
+        next(reader)
+    assert str(error.value) == f"{path}:2: not UTF-8 text"
+
+
+_PRIMITIVE = st.one_of(
+    st.text(max_size=20),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+)
+_ATTRIBUTE = st.one_of(
+    _PRIMITIVE,
+    st.lists(st.text(max_size=5), max_size=3).map(tuple),
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=3).map(tuple),
+)
+
+
+@given(attributes=st.dictionaries(st.text(min_size=1, max_size=10), _ATTRIBUTE, max_size=6))
+def test_any_attribute_round_trips(attributes: dict[str, Any]) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.get_tracer("t").start_span("s", attributes=attributes).end()
+    (span,) = exporter.get_finished_spans()
+    (read,) = parse_request(json.dumps(encode_request([span])))
+    assert dict(read.attributes or {}) == dict(span.attributes or {})
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _paths(document: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix]
+    if isinstance(document, dict):
+        for key, value in document.items():
+            found.extend(_paths(value, (*prefix, key)))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            found.extend(_paths(value, (*prefix, index)))
+    return found
+
+
+_VALID = encode_request(produce())
+
+
+@given(data=st.data(), replacement=_JSON)
+def test_any_corrupted_request_is_read_or_described_never_crashes(
+    data: st.DataObject, replacement: Any
+) -> None:
+    document = json.loads(json.dumps(_VALID))
+    path = data.draw(st.sampled_from(_paths(document)))
+    if not path:
+        document = replacement
+    else:
+        target = document
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = replacement
+    try:
+        spans = parse_request(json.dumps(document))
+    except ValueError as error:
+        assert "\n" not in str(error) and str(error)
+    else:
+        assert all(isinstance(span, ReadableSpan) for span in spans)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("startTimeUnixNano", "9" * 5000, ".startTimeUnixNano: expected an unsigned integer"),
+        ("attributes", [{"key": "k", "value": {"intValue": "9" * 5000}}], ".intValue: expected"),
+    ],
+)
+def test_numbers_too_long_to_convert_are_described(field: str, value: Any, message: str) -> None:
+    span = {"traceId": "1" * 32, "spanId": "2" * 16, "startTimeUnixNano": 1, "endTimeUnixNano": 2}
+    span[field] = value
+    with pytest.raises(ValueError, match=message):
+        parse_request(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    with pytest.raises(ValueError, match=r"^invalid JSON \(a value out of range\)$"):
+        parse_request('{"resourceSpans": [' + "9" * 5000 + "]}")
