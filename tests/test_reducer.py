@@ -364,6 +364,11 @@ def test_seven_failures_across_two_batches_keep_tracking_until_the_eighth() -> N
     ]
 
 
+def test_a_large_second_batch_warns_and_does_not_skip_to_a_stop() -> None:
+    decisions = run(IDLE, batch(failures(1), mode="enforce"), batch(failures(20), mode="enforce"))
+    assert decisions[1] == Decision("warn", GuardState("warned", SHELL_EXIT, 21, 2, 1, 2, False))
+
+
 def test_eight_failures_then_one_more_batch_warns_on_the_second_batch() -> None:
     decisions = run(IDLE, batch(failures(8), mode="warn"), batch(failures(1), mode="warn"))
     assert [d.kind for d in decisions] == ["tracked", "warn"]
@@ -749,6 +754,18 @@ def test_reset_precedence_among_several_ineligible_outcomes(
     expected = Decision("reset", reset_to(TRACKING, disabled), reason)
     assert reduce(TRACKING, batch(outcomes)) == expected
     assert reduce(TRACKING, batch(list(reversed(outcomes)))) == expected
+
+
+def test_reset_keeps_enforcement_disabled() -> None:
+    state = GuardState("tracking", SHELL_EXIT, 4, 1, 1, 2, True)
+    decision = reduce(state, batch(failures(4), queued=True))
+    assert decision == Decision(
+        "reset", IDLE_DISABLED._replace(next_candidate_ordinal=2), "queued_prompt"
+    )
+
+
+def test_non_disabling_reset_from_idle_already_disabled_is_none() -> None:
+    assert reduce(IDLE_DISABLED, batch(cancelled())) == Decision("none", IDLE_DISABLED)
 
 
 def test_reset_keeps_the_next_candidate_ordinal() -> None:
