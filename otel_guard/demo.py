@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -23,11 +23,18 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
     DEPLOYMENT_ENVIRONMENT_NAME,
 )
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME, SERVICE_VERSION
-from opentelemetry.trace import Span, Tracer, set_span_in_context
+from opentelemetry.trace import Tracer
 
-from otel_guard import attributes as attr
 from otel_guard.otlp_json import OtlpJsonSpanExporter
 from otel_guard.processor import BatchEvaluation, GuardAction
+from otel_guard.producer import (
+    ExecutionStatus,
+    PromptScope,
+    TerminalStatus,
+    ToolCall,
+    ToolType,
+    prompt_span,
+)
 from otel_guard.replay import GuardPipeline, GuardReport
 
 __all__ = ["SESSIONS", "Call", "Session", "Turn", "run_demo"]
@@ -38,10 +45,10 @@ class Call:
     """One tool call's settled outcome."""
 
     tool: str
-    status: str
-    execution: str
+    status: TerminalStatus
+    execution: ExecutionStatus
     error_type: str | None = None
-    tool_type: str = "native"
+    tool_type: ToolType = "native"
 
     def label(self) -> str:
         if self.status == "success":
@@ -51,11 +58,11 @@ class Call:
         return f"{self.tool} {self.status}/{self.error_type}"
 
 
-def _fail(tool: str, error_type: str, tool_type: str = "native") -> Call:
+def _fail(tool: str, error_type: str, tool_type: ToolType = "native") -> Call:
     return Call(tool, "error", "error", error_type, tool_type)
 
 
-def _ok(tool: str, tool_type: str = "native") -> Call:
+def _ok(tool: str, tool_type: ToolType = "native") -> Call:
     return Call(tool, "success", "success", None, tool_type)
 
 
@@ -72,7 +79,7 @@ class Turn:
 
     calls: tuple[Call, ...]
     concurrent: bool = False
-    reliable: bool | None = True  # None: the host did not report a reliable drain
+    reliable: bool = True  # False: the host could not prove its input drain
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +139,8 @@ SESSIONS: tuple[Session, ...] = (
         "prompt-old-host",
         "an unreliable host: enforcement disabled for the prompt",
         (
-            Turn((_SHELL,) * 4, reliable=None),
-            Turn((_SHELL,) * 4, reliable=None),
+            Turn((_SHELL,) * 4, reliable=False),
+            Turn((_SHELL,) * 4, reliable=False),
             Turn((_SHELL,) * 4),
             Turn((_SHELL,) * 4),
             Turn((_SHELL,) * 4),
@@ -144,66 +151,39 @@ SESSIONS: tuple[Session, ...] = (
 
 
 class _Agent:
-    """The span-producing side of the simulated agent."""
+    """The span-producing side of the simulated agent, written with :mod:`otel_guard.producer`."""
 
     def __init__(self, tracer: Tracer) -> None:
-        self._tracer = tracer
+        self.tracer = tracer
         self._calls = 0
 
-    def prompt(self, session: Session) -> Span:
-        attributes: dict[str, Any] = {
-            attr.OPERATION_NAME: attr.INVOKE_AGENT,
-            attr.PROMPT_ID: session.prompt_id,
-        }
-        if session.route is not None:
-            attributes[attr.PROMPT_ROUTE] = session.route
-        if session.channel:
-            attributes[attr.PROMPT_CHANNEL] = True
-        return self._tracer.start_span("invoke_agent", attributes=attributes)
+    def batch(self, prompt: PromptScope, turn: Turn) -> None:
+        with prompt.batch() as batch:
+            calls = []
+            for call in turn.calls:
+                self._calls += 1
+                call_id = f"call-{self._calls:04d}"
+                calls.append((call, batch.start_call(call_id, call.tool, tool_type=call.tool_type)))
+            if turn.concurrent:
+                # Siblings settle on their own threads, in whatever order the threads finish.
+                gate = threading.Barrier(len(calls))
 
-    def batch(self, prompt: Span, prompt_id: str, turn: Turn) -> None:
-        batch = self._tracer.start_span(
-            "tool_batch",
-            context=set_span_in_context(prompt),
-            attributes={attr.PROMPT_ID: prompt_id},
-        )
-        context = set_span_in_context(batch)
-        spans = [self._tool(call, context) for call in turn.calls]
-        if turn.concurrent:
-            # Siblings settle on their own threads, in whatever order the threads finish.
-            gate = threading.Barrier(len(spans))
+                def settle(item: tuple[Call, ToolCall]) -> None:
+                    gate.wait()
+                    _settle(*item)
 
-            def settle(span: Span) -> None:
-                gate.wait()
-                span.end()
+                with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+                    list(pool.map(settle, calls))
+            else:
+                for item in calls:
+                    _settle(*item)
+            # A legacy host cannot prove its input drain: the guard reads that as unreliable.
+            batch.record_input_drain(reliable=turn.reliable)
 
-            with ThreadPoolExecutor(max_workers=len(spans)) as pool:
-                list(pool.map(settle, spans))
-        else:
-            for span in spans:
-                span.end()
-        batch.set_attribute(attr.BATCH_ADMITTED, len(spans))
-        batch.set_attribute(attr.INPUT_EXTERNAL, False)
-        batch.set_attribute(attr.INPUT_QUEUED_PROMPT, False)
-        if turn.reliable is not None:
-            batch.set_attribute(attr.INPUT_RELIABLE, turn.reliable)
-        batch.end()
 
-    def _tool(self, call: Call, context: Any) -> Span:
-        self._calls += 1
-        attributes: dict[str, Any] = {
-            attr.OPERATION_NAME: attr.EXECUTE_TOOL,
-            attr.TOOL_NAME: call.tool,
-            attr.TOOL_CALL_ID: f"call-{self._calls:04d}",
-            attr.TOOL_TYPE: call.tool_type,
-            attr.TOOL_STATUS: call.status,
-            attr.TOOL_EXECUTION_STATUS: call.execution,
-        }
-        if call.error_type is not None:
-            attributes[attr.TOOL_EXECUTION_ERROR_TYPE] = call.error_type
-        return self._tracer.start_span(
-            f"execute_tool {call.tool}", context=context, attributes=attributes
-        )
+def _settle(call: Call, tool_call: ToolCall) -> None:
+    tool_call.settle(call.execution, call.error_type)
+    tool_call.finish(call.status)
 
 
 def _calls_text(calls: Sequence[Call]) -> str:
@@ -276,19 +256,20 @@ def run_demo(mode: str, out: IO[str], spans_out: IO[str] | None = None) -> Guard
     for session in SESSIONS:
         agent = agents[session.legacy_host]
         print(f"\n{session.prompt_id}: {session.title}", file=out)
-        prompt = agent.prompt(session)
-        for number, turn in enumerate(session.turns, start=1):
-            seen = len(evaluations)
-            agent.batch(prompt, session.prompt_id, turn)
-            evaluation = evaluations[-1] if len(evaluations) > seen else None
-            action = guard.take_action(session.prompt_id)
-            print(f"  batch {number}  {_calls_text(turn.calls)}", file=out)
-            line = f"           -> {_decision_text(evaluation)}"
-            note = _action_text(action, evaluation)
-            print(f"{line}   {note}" if note else line, file=out)
-            if action is not None and action.kind == "stop":
-                break
-        prompt.end()
+        with prompt_span(
+            agent.tracer, session.prompt_id, route=session.route, channel=session.channel
+        ) as prompt:
+            for number, turn in enumerate(session.turns, start=1):
+                seen = len(evaluations)
+                agent.batch(prompt, turn)
+                evaluation = evaluations[-1] if len(evaluations) > seen else None
+                action = guard.take_action(session.prompt_id)
+                print(f"  batch {number}  {_calls_text(turn.calls)}", file=out)
+                line = f"           -> {_decision_text(evaluation)}"
+                note = _action_text(action, evaluation)
+                print(f"{line}   {note}" if note else line, file=out)
+                if action is not None and action.kind == "stop":
+                    break
 
     for provider in providers:
         provider.shutdown()
