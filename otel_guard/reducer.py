@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 __all__ = [
     "BATCH_THRESHOLD",
@@ -66,19 +66,7 @@ ResetReason = Literal[
     "contract_violation",
 ]
 
-RESET_REASONS: tuple[ResetReason, ...] = (
-    "success",
-    "cancelled",
-    "not_started",
-    "post_execution_failure",
-    "unknown",
-    "mixed",
-    "incomplete",
-    "external_input",
-    "queued_prompt",
-    "unreliable_input",
-    "contract_violation",
-)
+RESET_REASONS: tuple[ResetReason, ...] = get_args(ResetReason)
 
 _MODES: dict[str, Mode] = {"off": "off", "shadow": "shadow", "warn": "warn", "enforce": "enforce"}
 

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from opentelemetry import context as context_api
 from opentelemetry import metrics, trace
@@ -20,7 +20,7 @@ from opentelemetry._logs import Logger, LoggerProvider, SeverityNumber, get_logg
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
-from otel_guard.reducer import DecisionKind, Phase, ResetReason
+from otel_guard.reducer import RESET_REASONS, DecisionKind, Phase, ResetReason
 from otel_guard.version import __version__
 
 __all__ = [
@@ -69,24 +69,8 @@ Diagnostic = Literal[
     "telemetry_error",
 ]
 
-DECISION_VALUES: Final[tuple[DecisionValue, ...]] = (
-    "reset",
-    "tracked",
-    "would_warn",
-    "warned",
-    "would_stop",
-    "stopped",
-)
-DIAGNOSTICS: Final[tuple[Diagnostic, ...]] = (
-    "invalid_mode",
-    "late_span",
-    "duplicate_span",
-    "batch_overflow",
-    "evicted",
-    "expired",
-    "internal_error",
-    "telemetry_error",
-)
+DECISION_VALUES: Final[tuple[DecisionValue, ...]] = get_args(DecisionValue)
+DIAGNOSTICS: Final[tuple[Diagnostic, ...]] = get_args(Diagnostic)
 FAILURE_COUNT_BUCKETS: Final = ("0", "1-2", "3-4", "5-7", "8+")
 BATCH_COUNT_BUCKETS: Final = ("0", "1", "2", "3+")
 
@@ -107,21 +91,7 @@ METRIC_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "decision": frozenset(DECISION_VALUES),
     "failure_count_bucket": frozenset(FAILURE_COUNT_BUCKETS),
     "batch_count_bucket": frozenset(BATCH_COUNT_BUCKETS),
-    "reset_reason": frozenset(
-        {
-            "success",
-            "cancelled",
-            "not_started",
-            "post_execution_failure",
-            "unknown",
-            "mixed",
-            "incomplete",
-            "external_input",
-            "queued_prompt",
-            "unreliable_input",
-            "contract_violation",
-        }
-    ),
+    "reset_reason": frozenset(RESET_REASONS),
     "terminal_status": frozenset({"error"}),
     "execution_status": frozenset({"error"}),
     "tool_type": frozenset({"native", "mcp"}),
