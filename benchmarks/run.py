@@ -54,6 +54,7 @@ TARGET_TOOL_HEAVY = 1.10
 TARGET_TYPICAL = 1.03
 TARGET_BYTES_PER_PROMPT = 2048
 TARGET_REPLAY_SPANS_PER_SECOND = 50_000
+REPLAY_BUDGET_SECONDS = 20.0
 
 
 class DiscardingSpanExporter(SpanExporter):
@@ -385,8 +386,9 @@ def measure_replay(min_spans: int, repeats: int) -> Replay | None:
         empty = Path(directory) / "empty.jsonl"
         empty.write_text("", encoding="utf-8")
         startup = _median([_timed_replay(empty)[0] for _ in range(3)])
-        runs = []
-        for _ in range(repeats):
+        runs: list[float] = []
+        # Repeat only while the runs stay short: a slow replay must not stretch the whole run.
+        while len(runs) < repeats and sum(runs) < REPLAY_BUDGET_SECONDS:
             elapsed, report = _timed_replay(path)
             if report.get("spans") != written:
                 raise RuntimeError(f"replay read {report.get('spans')} spans of {written}")
@@ -402,6 +404,16 @@ def measure_replay(min_spans: int, repeats: int) -> Replay | None:
 
 
 # -- report -----------------------------------------------------------------------------------
+
+
+def _reference_loop_seconds() -> float:
+    """CPU seconds for a fixed pure-Python loop: how fast this machine runs Python, to compare
+    absolute figures between machines (about 0.4 s on a recent laptop core)."""
+    start = _cpu_ns()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return (_cpu_ns() - start) / 1e9
 
 
 def _cores() -> tuple[int, int]:
@@ -430,10 +442,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory_prompts, replay_spans, replay_repeats = DEFAULT_MAX_PROMPTS, 200_000, 3
 
     logical, usable = _cores()
+    reference = _reference_loop_seconds()
     print(f"otel-guard {guard_version} benchmarks{' (quick)' if args.quick else ''}")
     print(
         f"Python {platform.python_version()}, opentelemetry-sdk {sdk_version}, "
-        f"{platform.machine()}, {logical} cores ({usable} usable)"
+        f"{platform.machine()}, {logical} cores ({usable} usable); "
+        f"reference loop {reference:.2f} s CPU"
     )
     print()
     figures: dict[str, Any] = {
@@ -442,6 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "usable_cores": usable,
         "python": platform.python_version(),
         "opentelemetry_sdk": sdk_version,
+        "reference_loop_seconds": reference,
     }
 
     print("1. Span throughput, with / without the guard (medians, interleaved)")
