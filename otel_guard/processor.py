@@ -69,6 +69,12 @@ MAX_CALL_ID_LENGTH = 256
 
 _SUPPRESS_INSTRUMENTATION_KEY = context_api._SUPPRESS_INSTRUMENTATION_KEY
 _EMPTY: Mapping[str, Any] = {}
+# Bound once: on_start and on_end run inside every span of the host.
+_OPERATION_NAME = attr.OPERATION_NAME
+_EXECUTE_TOOL = attr.EXECUTE_TOOL
+_INVOKE_AGENT = attr.INVOKE_AGENT
+_PROMPT_ID = attr.PROMPT_ID
+_BATCH_ADMITTED = attr.BATCH_ADMITTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +178,10 @@ def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
         return inner
     public = span.attributes
     return public if public is not None else _EMPTY
+
+
+def _by_sequence(item: tuple[int, Observation]) -> int:
+    return item[0]
 
 
 def _str(value: object) -> str | None:
@@ -287,15 +297,15 @@ class GuardSpanProcessor(SpanProcessor):
             return
         try:
             attributes = _attributes(span)
-            operation = attributes.get(attr.OPERATION_NAME)
-            if operation == attr.EXECUTE_TOOL:
+            operation = attributes.get(_OPERATION_NAME)
+            if operation == _EXECUTE_TOOL:
                 self._start_tool(span)
                 return
-            prompt_id = attributes.get(attr.PROMPT_ID)
+            prompt_id = attributes.get(_PROMPT_ID)
             if prompt_id is None:
                 return
             if isinstance(prompt_id, str):
-                if operation == attr.INVOKE_AGENT and attr.BATCH_ADMITTED not in attributes:
+                if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
                     self._start_prompt(span, prompt_id, attributes)
                 else:
                     self._start_batch(span, prompt_id)
@@ -355,23 +365,28 @@ class GuardSpanProcessor(SpanProcessor):
         parent = span.parent
         if parent is None:
             return
-        batch = self._tracked.get(parent.span_id)
+        tracked = self._tracked
+        batch = tracked.get(parent.span_id)
         if not isinstance(batch, _OpenBatch):
             return  # not under a batch span: not an observation
-        out: list[_Emission] = []
+        out: list[_Emission] | None = None
         with self._lock:
-            if self._tracked.get(parent.span_id) is not batch:
+            if tracked.get(parent.span_id) is not batch:
                 return
             if len(batch.open_tools) + len(batch.observations) >= self._max_calls:
                 if not batch.overflow:
                     batch.overflow = True
-                    out.append(("diagnostic", "batch_overflow", batch.prompt_id, None))
+                    out = [("diagnostic", "batch_overflow", batch.prompt_id, None)]
             else:
                 self._seq += 1
                 span_id = span.context.span_id
                 batch.open_tools.add(span_id)
-                self._track(span_id, _ToolSpan(batch, self._seq), out)
-        self._flush(out)
+                tracked[span_id] = _ToolSpan(batch, self._seq)
+                if len(tracked) > self._max_tracked:
+                    out = []
+                    self._track(span_id, tracked[span_id], out)
+        if out:
+            self._flush(out)
 
     def _track(self, span_id: int, ref: _Tracked, out: list[_Emission]) -> None:
         tracked = self._tracked
@@ -383,7 +398,7 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _end_tracked(self, span: ReadableSpan, context: SpanContext) -> None:
         out: list[_Emission] = []
-        evaluation: tuple[Transition | None, BatchEvaluation] | None = None
+        evaluation: tuple[Transition | None, BatchEvaluation | None] | None = None
         with self._lock:
             ref = self._tracked.pop(context.span_id, None)
             if isinstance(ref, _ToolSpan):
@@ -398,9 +413,11 @@ class GuardSpanProcessor(SpanProcessor):
             transition, batch_evaluation = evaluation
             if transition is not None:
                 out.append(("transition", transition))
-            self._flush(out)
-            self._notify(batch_evaluation)
-        else:
+            if out:
+                self._flush(out)
+            if batch_evaluation is not None:
+                self._notify(batch_evaluation)
+        elif out:
             self._flush(out)
 
     def _end_tool(
@@ -415,28 +432,34 @@ class GuardSpanProcessor(SpanProcessor):
         tool_name = _str(attributes.get(attr.TOOL_NAME))
         if tool_name is not None and len(tool_name) > MAX_TOOL_NAME_LENGTH:
             tool_name = None
-        observation = Observation(
-            call_id=call_id or "",
-            policy_tool_name=tool_name,
-            tool_type=_str(attributes.get(attr.TOOL_TYPE)),
-            terminal_status=_str(attributes.get(attr.TOOL_STATUS)) or "",
-            execution_status=_str(attributes.get(attr.TOOL_EXECUTION_STATUS)),
-            execution_error_type=_str(attributes.get(attr.TOOL_EXECUTION_ERROR_TYPE)),
-            provider_duplicate=_true(attributes.get(attr.TOOL_PROVIDER_DUPLICATE)),
-        )
-        if observation.provider_duplicate:
-            batch.observations.append((ref.seq, observation))
-        elif call_id is None:
-            batch.malformed = True  # a call without an ID cannot prove completeness
-        elif call_id in batch.call_ids:
-            out.append(("diagnostic", "duplicate_span", batch.prompt_id, context))
-        else:
+        duplicate = attributes.get(attr.TOOL_PROVIDER_DUPLICATE) is True
+        if not duplicate:
+            if call_id is None:
+                batch.malformed = True  # a call without an ID cannot prove completeness
+                return
+            if call_id in batch.call_ids:
+                out.append(("diagnostic", "duplicate_span", batch.prompt_id, context))
+                return
             batch.call_ids.add(call_id)
-            batch.observations.append((ref.seq, observation))
+        status = attributes.get(attr.TOOL_STATUS)
+        batch.observations.append(
+            (
+                ref.seq,
+                Observation(
+                    call_id or "",
+                    tool_name,
+                    _str(attributes.get(attr.TOOL_TYPE)),
+                    status if isinstance(status, str) else "",
+                    _str(attributes.get(attr.TOOL_EXECUTION_STATUS)),
+                    _str(attributes.get(attr.TOOL_EXECUTION_ERROR_TYPE)),
+                    duplicate,
+                ),
+            )
+        )
 
     def _end_batch(
         self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
-    ) -> tuple[Transition | None, BatchEvaluation] | None:
+    ) -> tuple[Transition | None, BatchEvaluation | None] | None:
         for tool_span_id in batch.open_tools:
             self._track(tool_span_id, _LateTool(batch.prompt_id), out)
         attributes = _attributes(span)
@@ -467,10 +490,12 @@ class GuardSpanProcessor(SpanProcessor):
             and not batch.malformed
             and len(batch.call_ids) == admitted
         )
-        batch.observations.sort(key=lambda item: item[0])
+        observations = batch.observations
+        if len(observations) > 1:
+            observations.sort(key=_by_sequence)
         guard_input = GuardInput(
             mode=self._mode,
-            batch=Batch(complete, tuple(o for _, o in batch.observations)),
+            batch=Batch(complete, tuple([o for _, o in observations])),
             has_external_input=_true(attributes.get(attr.INPUT_EXTERNAL)),
             has_queued_prompt=_true(attributes.get(attr.INPUT_QUEUED_PROMPT)),
             input_reliable=_true(attributes.get(attr.INPUT_RELIABLE)),
@@ -522,6 +547,8 @@ class GuardSpanProcessor(SpanProcessor):
                 execution_error_type=None if key is None else key.execution_error_type,
                 span_context=context,
             )
+        if self._listener is None:
+            return transition, None
         evaluation = BatchEvaluation(
             prompt_id=prompt_id,
             span=span,

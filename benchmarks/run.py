@@ -1,0 +1,519 @@
+"""What the guard costs: span-throughput overhead, per-span cost, memory, and replay speed.
+
+Run from the repository root after ``pip install .``::
+
+    python benchmarks/run.py           # the full run (a few minutes at most)
+    python benchmarks/run.py --quick   # a fast smoke run; its figures are indicative only
+
+Every comparison is measured in the same run, with and without the guard interleaved, and
+reported as a ratio of medians so that the figures carry over between machines. See the README's
+"Performance" section for what each figure means and the setup behind it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.version import __version__ as sdk_version
+from opentelemetry.trace import set_span_in_context
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import workload
+
+from otel_guard import GuardSpanProcessor
+from otel_guard.processor import DEFAULT_MAX_PROMPTS
+from otel_guard.version import __version__ as guard_version
+
+RESOURCE = Resource.create({"service.name": "agent"})
+
+TARGET_TOOL_HEAVY = 1.10
+TARGET_TYPICAL = 1.03
+TARGET_BYTES_PER_PROMPT = 2048
+TARGET_REPLAY_SPANS_PER_SECOND = 50_000
+REPLAY_BUDGET_SECONDS = 20.0
+
+
+class DiscardingSpanExporter(SpanExporter):
+    """Stands in for the agent's own exporter: both arms pay for it, and it keeps nothing."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Pipeline:
+    """A real TracerProvider with a discarding exporter, with or without the guard.
+
+    With the guard, its telemetry goes to a real SDK ``MeterProvider`` (in-memory reader) and
+    ``LoggerProvider`` (synchronous in-memory exporter, cleared between repetitions).
+    """
+
+    def __init__(self, guarded: bool, **guard_kwargs: Any) -> None:
+        self.tracer_provider = TracerProvider(resource=RESOURCE)
+        self.log_exporter = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+        self.guard: GuardSpanProcessor | None = None
+        if guarded:
+            meter_provider = MeterProvider(
+                resource=RESOURCE, metric_readers=[InMemoryMetricReader()]
+            )
+            logger_provider = LoggerProvider(resource=RESOURCE)
+            logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.log_exporter))
+            self.guard = GuardSpanProcessor(
+                mode="shadow",
+                meter_provider=meter_provider,
+                logger_provider=logger_provider,
+                **guard_kwargs,
+            )
+            self.tracer_provider.add_span_processor(self.guard)
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(DiscardingSpanExporter()))
+        self.tracer = self.tracer_provider.get_tracer("agent")
+
+    def clear(self) -> None:
+        self.log_exporter.clear()
+
+
+def _cpu_ns() -> int:
+    """CPU time of this thread: other processes competing for the cores do not count."""
+    return time.thread_time_ns()
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+# -- 1. span-throughput overhead ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Overhead:
+    profile: str
+    tool_share: float
+    spans: int
+    without_spans_per_second: float
+    with_spans_per_second: float
+    ratio: float  # median of the per-repetition ratios (with / without)
+    transitions_per_batch: float
+
+
+def measure_overhead(profile: workload.Profile, prompts: int, block: int, pairs: int) -> Overhead:
+    """Throughput of ``profile`` with and without the guard, in short alternating blocks.
+
+    Each pair runs the same ``block`` prompts through both arms back to back (in alternating
+    order), so both see the same machine conditions; the ratio is the median of the pairs'.
+    """
+    sessions = workload.generate(profile, prompts)
+    blocks = [sessions[i : i + block] for i in range(0, prompts - block + 1, block)]
+    arms = {"without": Pipeline(False), "with": Pipeline(True)}
+    for name, arm in arms.items():  # warm-up: lazy SDK setup, code paths, caches
+        workload.emit(arm.tracer, sessions, suffix=f"#warm-{name}")
+        arm.clear()
+    gc.collect()
+    times: dict[str, list[int]] = {"without": [], "with": []}
+    ratios: list[float] = []
+    spans: list[int] = []
+    transitions = batches = 0
+    for r in range(pairs):
+        chunk = blocks[r % len(blocks)]
+        spans.append(workload.span_count(chunk))
+        batches += sum(len(p.turns) for p in chunk)
+        order = ("without", "with") if r % 2 == 0 else ("with", "without")
+        for name in order:
+            arm = arms[name]
+            start = _cpu_ns()
+            workload.emit(arm.tracer, chunk, suffix=f"#{r}")
+            times[name].append(_cpu_ns() - start)
+        transitions += len(arms["with"].log_exporter.get_finished_logs())
+        for arm in arms.values():
+            arm.clear()
+        ratios.append(times["with"][-1] / times["without"][-1])
+    total = sum(spans)
+    return Overhead(
+        profile=profile.name,
+        tool_share=workload.tool_share(sessions),
+        spans=total,
+        without_spans_per_second=total / (sum(times["without"]) / 1e9),
+        with_spans_per_second=total / (sum(times["with"]) / 1e9),
+        ratio=_median(ratios),
+        transitions_per_batch=transitions / batches,
+    )
+
+
+# -- 2. the cost of a span that is not the guard's ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpanCost:
+    kind: str
+    nanoseconds: float
+
+
+def _guard_loop(spans: Sequence[Any], guard: GuardSpanProcessor, rounds: int) -> int:
+    on_start, on_end = guard.on_start, guard.on_end
+    start = _cpu_ns()
+    for _ in range(rounds):
+        for span in spans:
+            on_start(span, None)
+            on_end(span)
+    return _cpu_ns() - start
+
+
+def _empty_loop(spans: Sequence[Any], guard: GuardSpanProcessor, rounds: int) -> int:
+    start = _cpu_ns()
+    for _ in range(rounds):
+        for _span in spans:
+            pass
+    return _cpu_ns() - start
+
+
+def measure_span_cost(count: int, rounds: int, repeats: int) -> list[SpanCost]:
+    """``on_start`` + ``on_end`` on real, ended SDK spans, minus the bare loop."""
+    tracer = TracerProvider(resource=RESOURCE).get_tracer("agent")
+    guard = Pipeline(True).guard
+    assert guard is not None
+    kinds: dict[str, tuple[str, dict[str, Any]]] = {
+        "model call (gen_ai.operation.name=chat)": (
+            "chat",
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": "gpt-4.1",
+                "gen_ai.usage.input_tokens": 4711,
+                "gen_ai.usage.output_tokens": 312,
+            },
+        ),
+        "HTTP request (no gen_ai attributes)": (
+            "GET",
+            {
+                "http.request.method": "GET",
+                "url.full": "https://api.example.com/v1/items/42",
+                "http.response.status_code": 200,
+                "server.address": "api.example.com",
+            },
+        ),
+    }
+    results: list[SpanCost] = []
+    parent = tracer.start_span("invoke_agent")
+    context = set_span_in_context(parent)
+    for label, (name, template) in kinds.items():
+        spans = []
+        for _ in range(count):
+            span = tracer.start_span(name, context=context, attributes=template)
+            span.end()
+            spans.append(span)
+        loops: dict[str, list[int]] = {"guard": [], "empty": []}
+        runners: dict[str, Callable[[Sequence[Any], GuardSpanProcessor, int], int]] = {
+            "guard": _guard_loop,
+            "empty": _empty_loop,
+        }
+        _guard_loop(spans, guard, 1)  # warm-up
+        for r in range(repeats):
+            for which in ("guard", "empty") if r % 2 == 0 else ("empty", "guard"):
+                loops[which].append(runners[which](spans, guard, rounds))
+        per_span = (_median(loops["guard"]) - _median(loops["empty"])) / (count * rounds)
+        results.append(SpanCost(label, per_span))
+    return results
+
+
+# -- 3. memory per tracked prompt -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Memory:
+    prompts: int
+    total_bytes: int
+    bytes_per_prompt: float
+
+
+def _fresh(text: str) -> str:
+    """A new string object, as a value decoded from the wire would be (not an interned one)."""
+    return text.encode().decode()
+
+
+def _open_tracked_prompts(pipeline: Pipeline, count: int, tag: str) -> list[Any]:
+    """``count`` prompts, each left open after one batch of 3 failures of one realistic key."""
+    tracer = pipeline.tracer
+    open_spans = []
+    for p in range(count):
+        prompt_id = f"{tag}-{p:06d}-6f1c2a9e-8b7d-4c3e-9a51-{p:012x}"
+        prompt = tracer.start_span(
+            "invoke_agent",
+            attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id},
+        )
+        tool = _fresh(workload.TOOLS[p % len(workload.TOOLS)])
+        error = _fresh(workload.ERROR_TYPES[p % len(workload.ERROR_TYPES)])
+        context = set_span_in_context(prompt)
+        batch = tracer.start_span(
+            "tool_batch", context=context, attributes={"acp.prompt.id": prompt_id}
+        )
+        batch_context = set_span_in_context(batch)
+        for c in range(3):
+            span = tracer.start_span(
+                "execute_tool",
+                context=batch_context,
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.id": f"call_{p:08x}_{c}",
+                    "acp.tool.type": "native",
+                },
+            )
+            span.set_attributes(
+                {
+                    "acp.tool.status": "error",
+                    "acp.tool.execution.status": "error",
+                    "acp.tool.execution.error_type": error,
+                }
+            )
+            span.end()
+        batch.set_attributes({"acp.batch.admitted": 3, "acp.input.reliable": True})
+        batch.end()
+        open_spans.append(prompt)
+    return open_spans
+
+
+def _traced_bytes(guarded: bool, count: int) -> int:
+    pipeline = Pipeline(guarded, max_prompts=count)
+    warm = _open_tracked_prompts(pipeline, 10, "warm")  # lazy SDK and telemetry set-up
+    for span in warm:
+        span.end()
+    pipeline.clear()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        open_spans = _open_tracked_prompts(pipeline, count, "mem")
+        pipeline.clear()  # the transition log records are the exporter's, not the guard's
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    if pipeline.guard is not None:
+        phases = {
+            state.phase
+            for span in open_spans
+            if (state := pipeline.guard.state(str(span.attributes["acp.prompt.id"])))
+        }
+        if phases != {"tracking"}:
+            raise RuntimeError(f"expected every prompt in tracking state, got {phases}")
+    del open_spans
+    return used
+
+
+def measure_memory(count: int) -> Memory:
+    """Bytes the guard keeps alive with ``count`` open prompts tracking a failure key.
+
+    The same prompts are produced with and without the guard; the difference is what the guard
+    holds (its state, bookkeeping, and the strings it keeps that would otherwise be freed).
+    """
+    with_guard = _traced_bytes(True, count)
+    without = _traced_bytes(False, count)
+    total = with_guard - without
+    return Memory(count, total, total / count)
+
+
+# -- 4. replay throughput ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replay:
+    spans: int
+    file_bytes: int
+    seconds: float
+    startup_seconds: float
+    spans_per_second: float
+
+
+def _replay_command() -> list[str]:
+    script = Path(sys.executable).with_name("otel-guard")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("otel-guard")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from otel_guard.cli import main; sys.exit(main())"]
+
+
+def _pin_to_one_core() -> None:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _timed_replay(path: Path) -> tuple[float, dict[str, Any]]:
+    command = [*_replay_command(), "replay", "--format", "json", str(path)]
+    start = time.perf_counter()
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, preexec_fn=_pin_to_one_core
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"replay failed ({done.returncode}): {done.stderr.strip()[:300]}")
+    return elapsed, json.loads(done.stdout)
+
+
+def measure_replay(min_spans: int, repeats: int) -> Replay | None:
+    if importlib.util.find_spec("otel_guard.replay") is None:
+        return None
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "spans.jsonl"
+        with path.open("w", encoding="utf-8") as out:
+            written = workload.write_otlp_json(out, workload.TOOL_HEAVY, min_spans)
+        empty = Path(directory) / "empty.jsonl"
+        empty.write_text("", encoding="utf-8")
+        startup = _median([_timed_replay(empty)[0] for _ in range(3)])
+        runs: list[float] = []
+        # Repeat only while the runs stay short: a slow replay must not stretch the whole run.
+        while len(runs) < repeats and sum(runs) < REPLAY_BUDGET_SECONDS:
+            elapsed, report = _timed_replay(path)
+            if report.get("spans") != written:
+                raise RuntimeError(f"replay read {report.get('spans')} spans of {written}")
+            runs.append(elapsed)
+        seconds = _median(runs)
+        return Replay(
+            spans=written,
+            file_bytes=path.stat().st_size,
+            seconds=seconds,
+            startup_seconds=startup,
+            spans_per_second=written / seconds,
+        )
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def _reference_loop_seconds() -> float:
+    """CPU seconds for a fixed pure-Python loop: how fast this machine runs Python, to compare
+    absolute figures between machines (about 0.4 s on a recent laptop core)."""
+    start = _cpu_ns()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return (_cpu_ns() - start) / 1e9
+
+
+def _cores() -> tuple[int, int]:
+    logical = os.cpu_count() or 1
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical
+    return logical, usable
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (smaller sizes)")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+
+    if args.quick:
+        pairs, repeats = 20, 5
+        span_count, span_rounds = 2_000, 5
+        memory_prompts, replay_spans, replay_repeats = 1_000, 20_000, 1
+    else:
+        pairs, repeats = 200, 15
+        span_count, span_rounds = 10_000, 20
+        memory_prompts, replay_spans, replay_repeats = DEFAULT_MAX_PROMPTS, 200_000, 3
+
+    logical, usable = _cores()
+    reference = _reference_loop_seconds()
+    print(f"otel-guard {guard_version} benchmarks{' (quick)' if args.quick else ''}")
+    print(
+        f"Python {platform.python_version()}, opentelemetry-sdk {sdk_version}, "
+        f"{platform.machine()}, {logical} cores ({usable} usable); "
+        f"reference loop {reference:.2f} s CPU"
+    )
+    print()
+    figures: dict[str, Any] = {
+        "quick": args.quick,
+        "cores": logical,
+        "usable_cores": usable,
+        "python": platform.python_version(),
+        "opentelemetry_sdk": sdk_version,
+        "reference_loop_seconds": reference,
+    }
+
+    print("1. Span throughput, with / without the guard (medians, interleaved)")
+    overheads = [
+        measure_overhead(workload.TOOL_HEAVY, 200, 4, pairs),
+        measure_overhead(workload.TYPICAL, 40, 1, pairs),
+        measure_overhead(workload.FAILURE_HEAVY, 200, 4, pairs),
+    ]
+    for o, target in zip(overheads, (TARGET_TOOL_HEAVY, TARGET_TYPICAL, None), strict=True):
+        verdict = (
+            "no target"
+            if target is None
+            else (f"target <= {target:.2f}: {_verdict(o.ratio <= target)}")
+        )
+        print(
+            f"   {o.profile:<10} {o.tool_share:4.0%} tool-call spans, "
+            f"{o.transitions_per_batch:.2f} transitions per batch: "
+            f"{o.without_spans_per_second:,.0f} -> {o.with_spans_per_second:,.0f} spans/s, "
+            f"ratio {o.ratio:.3f} ({verdict})"
+        )
+    figures["overhead"] = [o.__dict__ for o in overheads]
+
+    print("2. One span that is not the guard's, on_start + on_end (minus the bare loop)")
+    costs = measure_span_cost(span_count, span_rounds, repeats)
+    for c in costs:
+        print(f"   {c.kind:<42} {c.nanoseconds:6.0f} ns")
+    figures["span_cost_ns"] = {c.kind: c.nanoseconds for c in costs}
+
+    print("3. Memory the guard keeps, prompts in tracking state (tracemalloc)")
+    memory = measure_memory(memory_prompts)
+    print(
+        f"   {memory.bytes_per_prompt:,.0f} B per tracked prompt "
+        f"(target <= {TARGET_BYTES_PER_PROMPT} B: "
+        f"{_verdict(memory.bytes_per_prompt <= TARGET_BYTES_PER_PROMPT)}); "
+        f"{memory.total_bytes / 2**20:.1f} MiB with {memory.prompts:,} prompts (max_prompts)"
+    )
+    figures["memory"] = memory.__dict__
+
+    print("4. Replay: otel-guard replay --format json, pinned to one core")
+    replay = measure_replay(replay_spans, replay_repeats)
+    if replay is None:
+        print("   not available (this version has no otel_guard.replay)")
+        figures["replay"] = None
+    else:
+        print(
+            f"   {replay.spans:,} spans ({replay.file_bytes / 2**20:.0f} MiB OTLP/JSON) in "
+            f"{replay.seconds:.2f} s, including {replay.startup_seconds:.2f} s start-up: "
+            f"{replay.spans_per_second:,.0f} spans/s (target >= "
+            f"{TARGET_REPLAY_SPANS_PER_SECOND:,}: "
+            f"{_verdict(replay.spans_per_second >= TARGET_REPLAY_SPANS_PER_SECOND)})"
+        )
+        figures["replay"] = replay.__dict__
+
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
