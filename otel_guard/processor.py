@@ -67,7 +67,6 @@ DEFAULT_MAX_CALLS_PER_BATCH = 1_024
 MAX_TOOL_NAME_LENGTH = 256
 MAX_CALL_ID_LENGTH = 256
 
-_SUPPRESS_INSTRUMENTATION_KEY = context_api._SUPPRESS_INSTRUMENTATION_KEY
 _EMPTY: Mapping[str, Any] = {}
 # Bound once: on_start and on_end run inside every span of the host.
 _OPERATION_NAME = attr.OPERATION_NAME
@@ -75,6 +74,13 @@ _EXECUTE_TOOL = attr.EXECUTE_TOOL
 _INVOKE_AGENT = attr.INVOKE_AGENT
 _PROMPT_ID = attr.PROMPT_ID
 _BATCH_ADMITTED = attr.BATCH_ADMITTED
+_TOOL_CALL_ID = attr.TOOL_CALL_ID
+_TOOL_NAME = attr.TOOL_NAME
+_TOOL_TYPE = attr.TOOL_TYPE
+_TOOL_STATUS = attr.TOOL_STATUS
+_TOOL_EXECUTION_STATUS = attr.TOOL_EXECUTION_STATUS
+_TOOL_EXECUTION_ERROR_TYPE = attr.TOOL_EXECUTION_ERROR_TYPE
+_TOOL_PROVIDER_DUPLICATE = attr.TOOL_PROVIDER_DUPLICATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,23 +135,31 @@ class _PromptSpan:
 
 
 class _OpenBatch:
-    __slots__ = ("call_ids", "malformed", "observations", "open_tools", "overflow", "prompt_id")
+    __slots__ = (
+        "call_ids",
+        "closed",
+        "malformed",
+        "observations",
+        "open_tools",
+        "overflow",
+        "prompt_id",
+        "started",
+    )
 
     def __init__(self, prompt_id: str) -> None:
         self.prompt_id = prompt_id
         self.observations: list[tuple[int, Observation]] = []
         self.call_ids: set[str] = set()
         self.open_tools: set[int] = set()
+        self.started = 0  # tool-call spans started: their start order within the batch
         self.overflow = False
         self.malformed = False
+        self.closed = False
 
 
-class _ToolSpan:
-    __slots__ = ("batch", "seq")
-
-    def __init__(self, batch: _OpenBatch, seq: int) -> None:
-        self.batch = batch
-        self.seq = seq
+# A tool-call span under an open batch: the batch, and the call's start order in it. A plain
+# tuple, because one is built for every tool call.
+_ToolSpan = tuple[_OpenBatch, int]
 
 
 class _LateTool:
@@ -296,14 +310,21 @@ class GuardSpanProcessor(SpanProcessor):
         if self._inert:
             return
         try:
-            attributes = _attributes(span)
+            try:
+                attributes = span._attributes._dict  # type: ignore[union-attr]
+            except AttributeError:
+                attributes = _attributes(span)
             operation = attributes.get(_OPERATION_NAME)
-            if operation == _EXECUTE_TOOL:
+            if operation is None:
+                # The common case: a span of no interest costs these two look-ups.
+                prompt_id = attributes.get(_PROMPT_ID)
+                if prompt_id is None:
+                    return
+            elif operation == _EXECUTE_TOOL:
                 self._start_tool(span)
                 return
-            prompt_id = attributes.get(_PROMPT_ID)
-            if prompt_id is None:
-                return
+            else:
+                prompt_id = attributes.get(_PROMPT_ID)
             if isinstance(prompt_id, str):
                 if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
                     self._start_prompt(span, prompt_id, attributes)
@@ -316,8 +337,11 @@ class GuardSpanProcessor(SpanProcessor):
         if self._inert:
             return
         try:
-            context = getattr(span, "_context", None) or span.context
-            if context is None or self._tracked.get(context.span_id) is None:
+            try:
+                context = span._context
+            except AttributeError:
+                context = span.context
+            if context is None or context.span_id not in self._tracked:
                 return
             self._end_tracked(span, context)
         except Exception:
@@ -365,35 +389,39 @@ class GuardSpanProcessor(SpanProcessor):
         parent = span.parent
         if parent is None:
             return
-        tracked = self._tracked
-        batch = tracked.get(parent.span_id)
-        if not isinstance(batch, _OpenBatch):
+        batch = self._tracked.get(parent.span_id)
+        if type(batch) is not _OpenBatch:
             return  # not under a batch span: not an observation
-        out: list[_Emission] | None = None
+        span_id = span.context.span_id
         with self._lock:
-            if tracked.get(parent.span_id) is not batch:
+            if batch.closed:
                 return
-            if len(batch.open_tools) + len(batch.observations) >= self._max_calls:
-                if not batch.overflow:
-                    batch.overflow = True
-                    out = [("diagnostic", "batch_overflow", batch.prompt_id, None)]
+            if batch.started >= self._max_calls:
+                if batch.overflow:
+                    return
+                batch.overflow = True
+                out: list[_Emission] = [("diagnostic", "batch_overflow", batch.prompt_id, None)]
             else:
-                self._seq += 1
-                span_id = span.context.span_id
+                batch.started += 1
                 batch.open_tools.add(span_id)
-                tracked[span_id] = _ToolSpan(batch, self._seq)
-                if len(tracked) > self._max_tracked:
-                    out = []
-                    self._track(span_id, tracked[span_id], out)
-        if out:
-            self._flush(out)
+                tracked = self._tracked
+                tracked[span_id] = (batch, batch.started)
+                if len(tracked) <= self._max_tracked:
+                    return
+                out = []
+                self._evict(out)
+        self._flush(out)
 
     def _track(self, span_id: int, ref: _Tracked, out: list[_Emission]) -> None:
+        self._tracked[span_id] = ref
+        self._evict(out)
+
+    def _evict(self, out: list[_Emission]) -> None:
         tracked = self._tracked
-        tracked[span_id] = ref
         while len(tracked) > self._max_tracked:
             _, oldest = tracked.popitem(last=False)
-            if isinstance(oldest, _OpenBatch):
+            if type(oldest) is _OpenBatch:
+                oldest.closed = True
                 out.append(("diagnostic", "evicted", oldest.prompt_id, None))
 
     def _end_tracked(self, span: ReadableSpan, context: SpanContext) -> None:
@@ -401,14 +429,15 @@ class GuardSpanProcessor(SpanProcessor):
         evaluation: tuple[Transition | None, BatchEvaluation | None] | None = None
         with self._lock:
             ref = self._tracked.pop(context.span_id, None)
-            if isinstance(ref, _ToolSpan):
-                self._end_tool(span, context, ref, out)
-            elif isinstance(ref, _OpenBatch):
-                evaluation = self._end_batch(span, context, ref, out)
-            elif isinstance(ref, _PromptSpan):
-                self._prompts.pop(ref.prompt_id, None)
-            elif isinstance(ref, _LateTool):
-                out.append(("diagnostic", "late_span", ref.prompt_id, context))
+            kind = type(ref)
+            if kind is tuple:
+                self._end_tool(span, context, ref, out)  # type: ignore[arg-type]
+            elif kind is _OpenBatch:
+                evaluation = self._end_batch(span, context, ref, out)  # type: ignore[arg-type]
+            elif kind is _PromptSpan:
+                self._prompts.pop(ref.prompt_id, None)  # type: ignore[union-attr]
+            elif kind is _LateTool:
+                out.append(("diagnostic", "late_span", ref.prompt_id, context))  # type: ignore[union-attr]
         if evaluation is not None:
             transition, batch_evaluation = evaluation
             if transition is not None:
@@ -423,16 +452,19 @@ class GuardSpanProcessor(SpanProcessor):
     def _end_tool(
         self, span: ReadableSpan, context: SpanContext, ref: _ToolSpan, out: list[_Emission]
     ) -> None:
-        batch = ref.batch
+        batch, seq = ref
         batch.open_tools.discard(context.span_id)
-        attributes = _attributes(span)
-        call_id = _str(attributes.get(attr.TOOL_CALL_ID))
-        if call_id is not None and (not call_id or len(call_id) > MAX_CALL_ID_LENGTH):
+        if batch.closed:
+            return
+        try:
+            attributes = span._attributes._dict  # type: ignore[union-attr]
+        except AttributeError:
+            attributes = _attributes(span)
+        get = attributes.get
+        call_id = get(_TOOL_CALL_ID)
+        if type(call_id) is not str or not call_id or len(call_id) > MAX_CALL_ID_LENGTH:
             call_id = None
-        tool_name = _str(attributes.get(attr.TOOL_NAME))
-        if tool_name is not None and len(tool_name) > MAX_TOOL_NAME_LENGTH:
-            tool_name = None
-        duplicate = attributes.get(attr.TOOL_PROVIDER_DUPLICATE) is True
+        duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
         if not duplicate:
             if call_id is None:
                 batch.malformed = True  # a call without an ID cannot prove completeness
@@ -441,17 +473,23 @@ class GuardSpanProcessor(SpanProcessor):
                 out.append(("diagnostic", "duplicate_span", batch.prompt_id, context))
                 return
             batch.call_ids.add(call_id)
-        status = attributes.get(attr.TOOL_STATUS)
+        tool_name = get(_TOOL_NAME)
+        if type(tool_name) is not str or len(tool_name) > MAX_TOOL_NAME_LENGTH:
+            tool_name = None
+        tool_type = get(_TOOL_TYPE)
+        status = get(_TOOL_STATUS)
+        execution = get(_TOOL_EXECUTION_STATUS)
+        error_type = get(_TOOL_EXECUTION_ERROR_TYPE)
         batch.observations.append(
             (
-                ref.seq,
+                seq,
                 Observation(
                     call_id or "",
                     tool_name,
-                    _str(attributes.get(attr.TOOL_TYPE)),
-                    status if isinstance(status, str) else "",
-                    _str(attributes.get(attr.TOOL_EXECUTION_STATUS)),
-                    _str(attributes.get(attr.TOOL_EXECUTION_ERROR_TYPE)),
+                    tool_type if type(tool_type) is str else None,
+                    status if type(status) is str else "",
+                    execution if type(execution) is str else None,
+                    error_type if type(error_type) is str else None,
                     duplicate,
                 ),
             )
@@ -460,9 +498,15 @@ class GuardSpanProcessor(SpanProcessor):
     def _end_batch(
         self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
     ) -> tuple[Transition | None, BatchEvaluation | None] | None:
-        for tool_span_id in batch.open_tools:
-            self._track(tool_span_id, _LateTool(batch.prompt_id), out)
-        attributes = _attributes(span)
+        batch.closed = True
+        if batch.open_tools:
+            late = _LateTool(batch.prompt_id)
+            for tool_span_id in batch.open_tools:
+                self._track(tool_span_id, late, out)
+        try:
+            attributes = span._attributes._dict  # type: ignore[union-attr]
+        except AttributeError:
+            attributes = _attributes(span)
         if attr.BATCH_ADMITTED not in attributes:
             return None  # carried a prompt ID but is not a batch span
         prompt_id = batch.prompt_id
@@ -494,11 +538,11 @@ class GuardSpanProcessor(SpanProcessor):
         if len(observations) > 1:
             observations.sort(key=_by_sequence)
         guard_input = GuardInput(
-            mode=self._mode,
-            batch=Batch(complete, tuple([o for _, o in observations])),
-            has_external_input=_true(attributes.get(attr.INPUT_EXTERNAL)),
-            has_queued_prompt=_true(attributes.get(attr.INPUT_QUEUED_PROMPT)),
-            input_reliable=_true(attributes.get(attr.INPUT_RELIABLE)),
+            self._mode,
+            Batch(complete, tuple([o for _, o in observations])),
+            attributes.get(attr.INPUT_EXTERNAL) is True,
+            attributes.get(attr.INPUT_QUEUED_PROMPT) is True,
+            attributes.get(attr.INPUT_RELIABLE) is True,
         )
         before = prompt.state
         decision = reduce(before, guard_input)
@@ -593,22 +637,19 @@ class GuardSpanProcessor(SpanProcessor):
     # -- emission (outside the lock) ----------------------------------------------------------
 
     def _flush(self, out: list[_Emission]) -> None:
-        if not out:
-            return
-        token = context_api.attach(context_api.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
-        try:
-            for item in out:
-                if item[0] == "diagnostic":
-                    _, name, prompt_id, span_context = item
-                    self._count(name)
-                    ok = self._telemetry.diagnostic(name, prompt_id, span_context)
-                else:
-                    ok = self._telemetry.transition(item[1])
-                if not ok:
-                    self._count("telemetry_error")
-                    self._telemetry.diagnostic("telemetry_error")
-        finally:
-            context_api.detach(token)
+        # No instrumentation suppression is needed here: the SDK's log processors suppress it
+        # around their own exports, and nothing else here can create spans.
+        telemetry = self._telemetry
+        for item in out:
+            if item[0] == "diagnostic":
+                _, name, prompt_id, span_context = item
+                self._count(name)
+                ok = telemetry.diagnostic(name, prompt_id, span_context)
+            else:
+                ok = telemetry.transition(item[1])
+            if not ok:
+                self._count("telemetry_error")
+                telemetry.diagnostic("telemetry_error")
 
     def _count(self, name: Diagnostic) -> None:
         with self._lock:

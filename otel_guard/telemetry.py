@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, Literal, NamedTuple, get_args
 
 from opentelemetry import context as context_api
 from opentelemetry import metrics, trace
 from opentelemetry._logs import Logger, LoggerProvider, SeverityNumber, get_logger_provider
-from opentelemetry.metrics import MeterProvider
+from opentelemetry.metrics import CallbackOptions, MeterProvider
+from opentelemetry.metrics import Observation as MetricObservation
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from otel_guard.reducer import RESET_REASONS, DecisionKind, Phase, ResetReason
@@ -127,8 +128,7 @@ def batch_count_bucket(count: int) -> str:
     return "3+"
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
+class Transition(NamedTuple):
     """One guard transition, reduced to what may leave the process.
 
     ``failure_count``/``batch_count``/``candidate_ordinal`` describe the candidate after the
@@ -169,6 +169,71 @@ class Transition:
         return attributes
 
 
+class _Counts:
+    """Decision and diagnostic counts of every guard that reports through one meter provider.
+
+    Reported through observable counters: on the wire they are the same monotonic sums a
+    synchronous counter gives, but a transition costs a dictionary increment instead of an SDK
+    measurement inside the agent's ``span.end()``. Keys come from closed sets, so the table stays
+    small. Guards sharing a provider share the table, as they would share a counter.
+    """
+
+    __slots__ = ("decisions", "diagnostics", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.decisions: dict[tuple[tuple[str, str], ...], int] = {}
+        self.diagnostics: dict[str, int] = {}
+
+    def observe_decisions(self, options: CallbackOptions) -> list[MetricObservation]:
+        with self.lock:
+            counts = list(self.decisions.items())
+        return [MetricObservation(value, dict(key)) for key, value in counts]
+
+    def observe_diagnostics(self, options: CallbackOptions) -> list[MetricObservation]:
+        with self.lock:
+            counts = list(self.diagnostics.items())
+        return [MetricObservation(value, {"diagnostic": name}) for name, value in counts]
+
+
+_SHARED_COUNTS: weakref.WeakKeyDictionary[MeterProvider, _Counts] = weakref.WeakKeyDictionary()
+_SHARED_COUNTS_LOCK = threading.Lock()
+
+
+def _register(counts: _Counts, meter_provider: MeterProvider) -> None:
+    meter = meter_provider.get_meter(SCOPE_NAME, __version__)
+    meter.create_observable_counter(
+        DECISIONS_METRIC,
+        callbacks=[counts.observe_decisions],
+        unit="{decision}",
+        description="Repeated-tool-failure guard transitions.",
+    )
+    meter.create_observable_counter(
+        DIAGNOSTICS_METRIC,
+        callbacks=[counts.observe_diagnostics],
+        unit="{diagnostic}",
+        description="Repeated-tool-failure guard diagnostics.",
+    )
+
+
+def _counts_for(meter_provider: MeterProvider) -> _Counts:
+    """The provider's shared counts, registering its instruments the first time."""
+    with _SHARED_COUNTS_LOCK:
+        try:
+            counts = _SHARED_COUNTS.get(meter_provider)
+        except TypeError:  # a provider that cannot be weakly referenced: counts of its own
+            counts = None
+            shareable = False
+        else:
+            shareable = True
+        if counts is None:
+            counts = _Counts()
+            _register(counts, meter_provider)
+            if shareable:
+                _SHARED_COUNTS[meter_provider] = counts
+        return counts
+
+
 class GuardTelemetry:
     """Emits the decisions counter, transition and loop logs, and diagnostics.
 
@@ -182,24 +247,11 @@ class GuardTelemetry:
         logger_provider: LoggerProvider | None = None,
     ) -> None:
         self.errors = 0
-        self._errors_lock = threading.Lock()
-        self._decisions: metrics.Counter | None = None
-        self._diagnostics: metrics.Counter | None = None
+        self._lock = threading.Lock()
+        self._counts = _Counts()
         self._log: Logger | None = None
         try:
-            meter = (meter_provider or metrics.get_meter_provider()).get_meter(
-                SCOPE_NAME, __version__
-            )
-            self._decisions = meter.create_counter(
-                DECISIONS_METRIC,
-                unit="{decision}",
-                description="Repeated-tool-failure guard transitions.",
-            )
-            self._diagnostics = meter.create_counter(
-                DIAGNOSTICS_METRIC,
-                unit="{diagnostic}",
-                description="Repeated-tool-failure guard diagnostics.",
-            )
+            self._counts = _counts_for(meter_provider or metrics.get_meter_provider())
         except Exception:
             self._failed("meter")
         try:
@@ -210,20 +262,21 @@ class GuardTelemetry:
             self._failed("logger")
 
     def transition(self, transition: Transition) -> bool:
-        """Emit one transition (and the loop event for ``stopped``); False if anything failed."""
-        ok = True
+        """Count one transition and emit its log record (and the loop event for ``stopped``).
+
+        Returns False if an emission failed.
+        """
         attributes = transition.metric_attributes()
-        try:
-            if self._decisions is not None:
-                self._decisions.add(1, attributes)
-        except Exception:
-            ok = self._failed("decisions counter")
-        log_attributes: dict[str, str | int] = dict(attributes)
+        key = tuple(attributes.items())
+        counts = self._counts
+        with counts.lock:
+            counts.decisions[key] = counts.decisions.get(key, 0) + 1
+        log_attributes: dict[str, str | int] = attributes  # type: ignore[assignment]
         log_attributes["prompt_id"] = transition.prompt_id
         log_attributes["candidate_ordinal"] = transition.candidate_ordinal
         if transition.decision != "reset" and transition.execution_error_type is not None:
             log_attributes["execution_error_type"] = transition.execution_error_type
-        ok = self._emit(TRANSITION_EVENT, log_attributes, transition.span_context) and ok
+        ok = self._emit(TRANSITION_EVENT, log_attributes, transition.span_context)
         if transition.decision == "stopped":
             loop_attributes: dict[str, str | int] = {
                 "loop_type": LOOP_TYPE,
@@ -243,17 +296,14 @@ class GuardTelemetry:
         prompt_id: str | None = None,
         span_context: SpanContext | None = None,
     ) -> bool:
-        """Count one diagnostic and emit its log record; False if anything failed."""
-        ok = True
-        try:
-            if self._diagnostics is not None:
-                self._diagnostics.add(1, {"diagnostic": diagnostic})
-        except Exception:
-            ok = self._failed("diagnostics counter")
+        """Count one diagnostic and emit its log record; False if the emission failed."""
+        counts = self._counts
+        with counts.lock:
+            counts.diagnostics[diagnostic] = counts.diagnostics.get(diagnostic, 0) + 1
         attributes: dict[str, str | int] = {"diagnostic": diagnostic}
         if prompt_id is not None:
             attributes["prompt_id"] = prompt_id
-        return self._emit(DIAGNOSTIC_EVENT, attributes, span_context, SeverityNumber.WARN) and ok
+        return self._emit(DIAGNOSTIC_EVENT, attributes, span_context, SeverityNumber.WARN)
 
     def _emit(
         self,
@@ -282,7 +332,7 @@ class GuardTelemetry:
         return True
 
     def _failed(self, what: str) -> bool:
-        with self._errors_lock:
+        with self._lock:
             self.errors += 1
         # Only the failing component is named, never the data: this text may reach a log file.
         _logger.debug("otel_guard: telemetry emission failed (%s)", what, exc_info=False)
