@@ -135,43 +135,22 @@ class _PromptSpan:
 
 
 class _OpenBatch:
-    __slots__ = (
-        "call_ids",
-        "closed",
-        "malformed",
-        "observations",
-        "open_tools",
-        "overflow",
-        "prompt_id",
-        "started",
-    )
+    __slots__ = ("call_ids", "closed", "malformed", "observations", "overflow", "prompt_id")
 
     def __init__(self, prompt_id: str) -> None:
         self.prompt_id = prompt_id
-        self.observations: list[tuple[int, Observation]] = []
+        # (start time, arrival, observation): sorted into call start order when the batch ends.
+        self.observations: list[tuple[int, int, Observation]] = []
         self.call_ids: set[str] = set()
-        self.open_tools: set[int] = set()
-        self.started = 0  # tool-call spans started: their start order within the batch
         self.overflow = False
         self.malformed = False
         self.closed = False
 
 
-# A tool-call span under an open batch: the batch, and the call's start order in it. A plain
-# tuple, because one is built for every tool call.
-_ToolSpan = tuple[_OpenBatch, int]
-
-
-class _LateTool:
-    """A tool span still open when its batch span ended: its end is a late frame."""
-
-    __slots__ = ("prompt_id",)
-
-    def __init__(self, prompt_id: str) -> None:
-        self.prompt_id = prompt_id
-
-
-_Tracked = _PromptSpan | _OpenBatch | _ToolSpan | _LateTool
+_Tracked = _PromptSpan | _OpenBatch
+# Batch spans that ended recently, by span ID, with their prompt: a tool-call span ending under
+# one of them is a late frame. Bounded: a frame later than this is ignored as an orphan.
+_ENDED_BATCHES = 4096
 # What to emit once the lock is released.
 _Emission = (
     tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None]
@@ -192,10 +171,6 @@ def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
         return inner
     public = span.attributes
     return public if public is not None else _EMPTY
-
-
-def _by_sequence(item: tuple[int, Observation]) -> int:
-    return item[0]
 
 
 def _str(value: object) -> str | None:
@@ -258,6 +233,7 @@ class GuardSpanProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._prompts: OrderedDict[str, _Prompt] = OrderedDict()
         self._tracked: OrderedDict[int, _Tracked] = OrderedDict()
+        self._ended_batches: OrderedDict[int, str] = OrderedDict()
         self._seq = 0
         self._diagnostic_counts: Counter[str] = Counter()
         self._shutdown = False
@@ -321,8 +297,7 @@ class GuardSpanProcessor(SpanProcessor):
                 if prompt_id is None:
                     return
             elif operation == _EXECUTE_TOOL:
-                self._start_tool(span)
-                return
+                return  # tool-call spans are read when they end
             else:
                 prompt_id = attributes.get(_PROMPT_ID)
             if isinstance(prompt_id, str):
@@ -337,6 +312,13 @@ class GuardSpanProcessor(SpanProcessor):
         if self._inert:
             return
         try:
+            try:
+                attributes = span._attributes._dict  # type: ignore[union-attr]
+            except AttributeError:
+                attributes = _attributes(span)
+            if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
+                self._end_tool(span, attributes)
+                return
             try:
                 context = span._context
             except AttributeError:
@@ -357,6 +339,7 @@ class GuardSpanProcessor(SpanProcessor):
                 self._inert = True
                 self._prompts.clear()
                 self._tracked.clear()
+                self._ended_batches.clear()
         except Exception:
             _logger.debug("otel_guard: shutdown failed", exc_info=False)
 
@@ -385,33 +368,6 @@ class GuardSpanProcessor(SpanProcessor):
             self._track(span.context.span_id, _OpenBatch(prompt_id), out)
         self._flush(out)
 
-    def _start_tool(self, span: Span) -> None:
-        parent = span.parent
-        if parent is None:
-            return
-        batch = self._tracked.get(parent.span_id)
-        if type(batch) is not _OpenBatch:
-            return  # not under a batch span: not an observation
-        span_id = span.context.span_id
-        with self._lock:
-            if batch.closed:
-                return
-            if batch.started >= self._max_calls:
-                if batch.overflow:
-                    return
-                batch.overflow = True
-                out: list[_Emission] = [("diagnostic", "batch_overflow", batch.prompt_id, None)]
-            else:
-                batch.started += 1
-                batch.open_tools.add(span_id)
-                tracked = self._tracked
-                tracked[span_id] = (batch, batch.started)
-                if len(tracked) <= self._max_tracked:
-                    return
-                out = []
-                self._evict(out)
-        self._flush(out)
-
     def _track(self, span_id: int, ref: _Tracked, out: list[_Emission]) -> None:
         self._tracked[span_id] = ref
         self._evict(out)
@@ -429,15 +385,10 @@ class GuardSpanProcessor(SpanProcessor):
         evaluation: tuple[Transition | None, BatchEvaluation | None] | None = None
         with self._lock:
             ref = self._tracked.pop(context.span_id, None)
-            kind = type(ref)
-            if kind is tuple:
-                self._end_tool(span, context, ref, out)  # type: ignore[arg-type]
-            elif kind is _OpenBatch:
-                evaluation = self._end_batch(span, context, ref, out)  # type: ignore[arg-type]
-            elif kind is _PromptSpan:
-                self._prompts.pop(ref.prompt_id, None)  # type: ignore[union-attr]
-            elif kind is _LateTool:
-                out.append(("diagnostic", "late_span", ref.prompt_id, context))  # type: ignore[union-attr]
+            if type(ref) is _OpenBatch:
+                evaluation = self._end_batch(span, context, ref, out)
+            elif type(ref) is _PromptSpan:
+                self._prompts.pop(ref.prompt_id, None)
         if evaluation is not None:
             transition, batch_evaluation = evaluation
             if transition is not None:
@@ -449,30 +400,24 @@ class GuardSpanProcessor(SpanProcessor):
         elif out:
             self._flush(out)
 
-    def _end_tool(
-        self, span: ReadableSpan, context: SpanContext, ref: _ToolSpan, out: list[_Emission]
-    ) -> None:
-        batch, seq = ref
-        batch.open_tools.discard(context.span_id)
-        if batch.closed:
-            return
+    def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
-            attributes = span._attributes._dict  # type: ignore[union-attr]
+            parent = span._parent
         except AttributeError:
-            attributes = _attributes(span)
+            parent = span.parent
+        if parent is None:
+            return
+        batch = self._tracked.get(parent.span_id)
+        if type(batch) is not _OpenBatch:
+            prompt_id = self._ended_batches.get(parent.span_id)
+            if prompt_id is not None:
+                self._flush([("diagnostic", "late_span", prompt_id, span.context)])
+            return  # an orphan: not under a batch span, not an observation
         get = attributes.get
         call_id = get(_TOOL_CALL_ID)
         if type(call_id) is not str or not call_id or len(call_id) > MAX_CALL_ID_LENGTH:
             call_id = None
         duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
-        if not duplicate:
-            if call_id is None:
-                batch.malformed = True  # a call without an ID cannot prove completeness
-                return
-            if call_id in batch.call_ids:
-                out.append(("diagnostic", "duplicate_span", batch.prompt_id, context))
-                return
-            batch.call_ids.add(call_id)
         tool_name = get(_TOOL_NAME)
         if type(tool_name) is not str or len(tool_name) > MAX_TOOL_NAME_LENGTH:
             tool_name = None
@@ -480,29 +425,45 @@ class GuardSpanProcessor(SpanProcessor):
         status = get(_TOOL_STATUS)
         execution = get(_TOOL_EXECUTION_STATUS)
         error_type = get(_TOOL_EXECUTION_ERROR_TYPE)
-        batch.observations.append(
-            (
-                seq,
-                Observation(
-                    call_id or "",
-                    tool_name,
-                    tool_type if type(tool_type) is str else None,
-                    status if type(status) is str else "",
-                    execution if type(execution) is str else None,
-                    error_type if type(error_type) is str else None,
-                    duplicate,
-                ),
-            )
+        observation = Observation(
+            call_id or "",
+            tool_name,
+            tool_type if type(tool_type) is str else None,
+            status if type(status) is str else "",
+            execution if type(execution) is str else None,
+            error_type if type(error_type) is str else None,
+            duplicate,
         )
+        start_time = span.start_time or 0
+        diagnostic: Diagnostic | None = None
+        with self._lock:
+            observations = batch.observations
+            if batch.closed:
+                diagnostic = "late_span"  # its batch span ended while this call was settling
+            elif len(observations) >= self._max_calls:
+                if not batch.overflow:
+                    batch.overflow = True
+                    diagnostic = "batch_overflow"
+            elif duplicate:
+                observations.append((start_time, len(observations), observation))
+            elif call_id is None:
+                batch.malformed = True  # a call without an ID cannot prove completeness
+            elif call_id in batch.call_ids:
+                diagnostic = "duplicate_span"
+            else:
+                batch.call_ids.add(call_id)
+                observations.append((start_time, len(observations), observation))
+        if diagnostic is not None:
+            self._flush([("diagnostic", diagnostic, batch.prompt_id, span.context)])
 
     def _end_batch(
         self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
     ) -> tuple[Transition | None, BatchEvaluation | None] | None:
         batch.closed = True
-        if batch.open_tools:
-            late = _LateTool(batch.prompt_id)
-            for tool_span_id in batch.open_tools:
-                self._track(tool_span_id, late, out)
+        ended = self._ended_batches
+        ended[context.span_id] = batch.prompt_id
+        if len(ended) > _ENDED_BATCHES:
+            ended.popitem(last=False)
         try:
             attributes = span._attributes._dict  # type: ignore[union-attr]
         except AttributeError:
@@ -536,10 +497,10 @@ class GuardSpanProcessor(SpanProcessor):
         )
         observations = batch.observations
         if len(observations) > 1:
-            observations.sort(key=_by_sequence)
+            observations.sort()  # start time, then arrival: call start order
         guard_input = GuardInput(
             self._mode,
-            Batch(complete, tuple([o for _, o in observations])),
+            Batch(complete, tuple([o for _, _, o in observations])),
             attributes.get(attr.INPUT_EXTERNAL) is True,
             attributes.get(attr.INPUT_QUEUED_PROMPT) is True,
             attributes.get(attr.INPUT_RELIABLE) is True,
