@@ -319,6 +319,8 @@ class GuardSpanProcessor(SpanProcessor):
             if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
                 self._end_tool(span, attributes)
                 return
+            if _PROMPT_ID not in attributes:
+                return  # neither a prompt nor a batch span: the common case ends here
             try:
                 context = span._context
             except AttributeError:
