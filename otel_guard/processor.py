@@ -286,6 +286,7 @@ class GuardSpanProcessor(SpanProcessor):
         if self._inert:
             return
         try:
+            # _attributes(span), inlined: on this path a call costs as much as the reads.
             try:
                 attributes = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
@@ -466,10 +467,7 @@ class GuardSpanProcessor(SpanProcessor):
         ended[context.span_id] = batch.prompt_id
         if len(ended) > _ENDED_BATCHES:
             ended.popitem(last=False)
-        try:
-            attributes = span._attributes._dict  # type: ignore[union-attr]
-        except AttributeError:
-            attributes = _attributes(span)
+        attributes = _attributes(span)
         if attr.BATCH_ADMITTED not in attributes:
             return None  # carried a prompt ID but is not a batch span
         prompt_id = batch.prompt_id
