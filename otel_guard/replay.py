@@ -36,7 +36,7 @@ from opentelemetry.sdk._logs.export import (
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
     DEPLOYMENT_ENVIRONMENT,
     DEPLOYMENT_ENVIRONMENT_NAME,
@@ -112,9 +112,16 @@ Group = tuple[str | None, str | None]
 
 def group_of(span: ReadableSpan) -> Group:
     """The span's (deployment environment, service version) from its resource."""
-    resource = span.resource.attributes
-    environment = resource.get(DEPLOYMENT_ENVIRONMENT_NAME, resource.get(DEPLOYMENT_ENVIRONMENT))
-    version = resource.get(SERVICE_VERSION)
+    return group_of_resource(span.resource)
+
+
+def group_of_resource(resource: Resource) -> Group:
+    """The resource's (deployment environment, service version)."""
+    attributes = resource.attributes
+    environment = attributes.get(
+        DEPLOYMENT_ENVIRONMENT_NAME, attributes.get(DEPLOYMENT_ENVIRONMENT)
+    )
+    version = attributes.get(SERVICE_VERSION)
     return (
         None if environment is None else str(environment),
         None if version is None else str(version),
@@ -181,15 +188,21 @@ class GuardReport:
     # -- input -----------------------------------------------------------------------------
 
     def count_span(self, span: ReadableSpan) -> None:
-        self.total.spans += 1
-        resource = span.resource
+        self.count_spans(span.resource, 1)
+
+    def count_spans(self, resource: Resource, count: int) -> None:
+        """Count ``count`` spans read with ``resource``."""
+        self.total.spans += count
         # Readers share one Resource object per distinct resource: look its group up once.
         cached = self._resource_groups.get(id(resource))
         if cached is None or cached[0] is not resource:
             if len(self._resource_groups) >= _MAX_RESOURCES:
                 self._resource_groups.clear()
-            cached = self._resource_groups[id(resource)] = (resource, self._group(group_of(span)))
-        cached[1].spans += 1
+            cached = self._resource_groups[id(resource)] = (
+                resource,
+                self._group(group_of_resource(resource)),
+            )
+        cached[1].spans += count
 
     def observe(self, evaluation: BatchEvaluation) -> None:
         """Record one evaluated batch (a processor listener)."""
@@ -490,12 +503,18 @@ class GuardPipeline:
         return self.report
 
 
-class _Trace:
-    __slots__ = ("span_ids", "spans")
+# A buffered span: the span, its span ID (None without a context), its parent's span ID, and
+# its start and end times, read once when it is buffered.
+_Buffered = tuple[ReadableSpan, int | None, int | None, int, int]
 
-    def __init__(self) -> None:
-        self.spans: list[ReadableSpan] = []
-        self.span_ids: set[int] = set()
+
+class _Trace:
+    __slots__ = ("spans", "start")
+
+    def __init__(self, start: int) -> None:
+        # Span ID -> span, in the order read: the replay's tie-break, and the parent look-up.
+        self.spans: dict[int, _Buffered] = {}
+        self.start = start  # the earliest start time read
 
 
 class Replayer:
@@ -524,25 +543,50 @@ class Replayer:
     def add(self, spans: Iterable[ReadableSpan]) -> None:
         report = self.report
         traces = self._traces
-        for span in spans:
-            report.count_span(span)
-            self._read += 1
-            trace_id = span.context.trace_id if span.context is not None else 0
-            trace = traces.get(trace_id)
-            if trace is None:
-                if len(traces) >= self._max_open:
-                    self._replay(next(iter(traces)))
-                trace = traces[trace_id] = _Trace()
-            span_id = span.context.span_id if span.context is not None else 0
-            if span_id in trace.span_ids:
-                # Export is at-least-once: a retried request repeats spans already read.
-                report.duplicate_spans += 1
-                continue
-            trace.span_ids.add(span_id)
-            trace.spans.append(span)
-            if span.parent is None:
-                self._finished.append((trace_id, self._read + self._window))
         finished = self._finished
+        window = self._window
+        # Spans are counted per run of one resource: a line's spans usually share it.
+        resource: Resource | None = None
+        run = 0
+        try:
+            for span in spans:
+                if span.resource is not resource:
+                    if resource is not None:
+                        report.count_spans(resource, run)
+                    resource, run = span.resource, 0
+                run += 1
+                self._read += 1
+                context = span.context
+                trace_id, span_id = (
+                    (0, None) if context is None else (context.trace_id, context.span_id)
+                )
+                start = span.start_time or 0
+                trace = traces.get(trace_id)
+                if trace is None:
+                    if len(traces) >= self._max_open:
+                        self._replay(next(iter(traces)))
+                    trace = traces[trace_id] = _Trace(start)
+                buffered = trace.spans
+                key = span_id or 0
+                if key in buffered:
+                    # Export is at-least-once: a retried request repeats spans already read.
+                    report.duplicate_spans += 1
+                    continue
+                if start < trace.start:
+                    trace.start = start
+                parent = span.parent
+                buffered[key] = (
+                    span,
+                    span_id,
+                    None if parent is None else parent.span_id,
+                    start,
+                    span.end_time or 0,
+                )
+                if parent is None:
+                    finished.append((trace_id, self._read + window))
+        finally:
+            if resource is not None:
+                report.count_spans(resource, run)
         if finished and finished[0][1] <= self._read:
             ready = []
             while finished and finished[0][1] <= self._read:
@@ -564,11 +608,7 @@ class Replayer:
         # Traces ready together go in the order they started: a prompt whose batches are
         # separate traces then still sees its batches in order.
         traces = self._traces
-        started = {
-            trace_id: min((s.start_time or 0 for s in traces[trace_id].spans), default=0)
-            for trace_id in trace_ids
-            if trace_id in traces
-        }
+        started = {trace_id: traces[trace_id].start for trace_id in trace_ids if trace_id in traces}
         for trace_id in sorted(started, key=started.__getitem__):
             self._replay(trace_id)
 
@@ -578,31 +618,44 @@ class Replayer:
             return  # already replayed (a second root, or the open-trace bound)
         self.report.traces += 1
         pipeline = self.pipeline
-        guard = pipeline.guard
-        for time_ns, is_end, span in _events(trace.spans):
+        # on_start reads only what a ReadableSpan has: context, parent and attributes.
+        on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
+        on_end = pipeline.guard.on_end
+        spans = list(trace.spans.values())
+        for time_ns, is_end, _, index in _events(spans, trace.spans):
             pipeline.now = time_ns / 1e9
             if is_end:
-                guard.on_end(span)
+                on_end(spans[index][0])
             else:
-                # on_start reads only what a ReadableSpan has: context, parent and attributes.
-                guard.on_start(cast(Span, span))
+                on_start(spans[index][0])
 
 
-def _events(spans: Sequence[ReadableSpan]) -> list[tuple[int, bool, ReadableSpan]]:
-    """Start and end events of one trace, in the order a live process would have seen them."""
-    by_id: dict[int, ReadableSpan] = {}
-    for span in spans:
-        if span.context is not None:
-            by_id[span.context.span_id] = span
+_UNPLACED: Final = (0, -1)  # where a span without a context goes
+
+
+def _events(
+    spans: Sequence[_Buffered], by_id: Mapping[int, _Buffered]
+) -> list[tuple[int, int, int, int]]:
+    """Start and end events of one trace, in the order a live process would have seen them.
+
+    ``spans`` are the trace's spans in the order read, ``by_id`` the same by span ID. Each event
+    is ``(time, is_end, tie-break, index in spans)``; no two are equal, so a plain sort orders
+    them: by time, starts before ends, then parents start first and children end first, then
+    in the order read.
+    """
     placed: dict[int, tuple[int, int]] = {}  # span ID -> (effective start, depth)
 
-    def place(span: ReadableSpan) -> tuple[int, int]:
-        chain: list[ReadableSpan] = []
-        current: ReadableSpan | None = span
-        base = (0, -1)
+    def parent_of(span: _Buffered) -> _Buffered | None:
+        found = None if span[2] is None else by_id.get(span[2])
+        return found if found is not None and found[1] is not None else None
+
+    def place(span: _Buffered) -> tuple[int, int]:
+        chain: list[_Buffered] = []
+        current: _Buffered | None = span
+        base = _UNPLACED
         seen: set[int] = set()
-        while current is not None and current.context is not None:
-            span_id = current.context.span_id
+        while current is not None and current[1] is not None:
+            span_id = current[1]
             if span_id in placed:
                 base = placed[span_id]
                 break
@@ -610,22 +663,37 @@ def _events(spans: Sequence[ReadableSpan]) -> list[tuple[int, bool, ReadableSpan
                 break  # a parent cycle: malformed, but never loop forever
             seen.add(span_id)
             chain.append(current)
-            parent = current.parent
-            current = by_id.get(parent.span_id) if parent is not None else None
+            current = parent_of(current)
         start, depth = base
         for item in reversed(chain):
             # A child cannot start before its parent; clock skew between hosts can say it did.
-            start = max(start, item.start_time or 0)
+            start = max(start, item[3])
             depth += 1
-            if item.context is not None:
-                placed[item.context.span_id] = (start, depth)
+            if item[1] is not None:
+                placed[item[1]] = (start, depth)
         return start, depth
 
-    keyed: list[tuple[int, int, int, int, bool, ReadableSpan]] = []
+    events: list[tuple[int, int, int, int]] = []
+    append = events.append
     for index, span in enumerate(spans):
-        start, depth = place(span)
-        end = max(span.end_time or 0, start)
-        keyed.append((start, 0, depth, index, False, span))
-        keyed.append((end, 1, -depth, index, True, span))
-    keyed.sort(key=lambda item: item[:4])
-    return [(time_ns, is_end, span) for time_ns, _, _, _, is_end, span in keyed]
+        _, span_id, parent_id, start, end = span
+        # The common cases of place() without its walk: the span is placed already, or its
+        # parent is (spans are read children first, so siblings find their parent placed).
+        if span_id is None:
+            start, depth = _UNPLACED
+        else:
+            here = placed.get(span_id)
+            if here is None:
+                above = None if parent_id is None else placed.get(parent_id)
+                if above is not None:
+                    here = (above[0] if above[0] > start else start, above[1] + 1)
+                    placed[span_id] = here
+                elif parent_of(span) is None:
+                    here = placed[span_id] = (start if start > 0 else 0, 0)
+                else:
+                    here = place(span)
+            start, depth = here
+        append((start, 0, depth, index))
+        append((end if end > start else start, 1, -depth, index))
+    events.sort()
+    return events
