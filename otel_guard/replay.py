@@ -103,6 +103,7 @@ _LOG_KEYS: Final = frozenset(METRIC_ATTRIBUTE_VALUES) | {
     "execution_error_type",
     "loop_type",
 }
+_LOG_ALLOWED: Final = frozenset(key for key in _LOG_KEYS if not is_sensitive(key))
 _EVENTS: Final = frozenset({TRANSITION_EVENT, LOOP_EVENT, DIAGNOSTIC_EVENT})
 _MAX_PROMPT_AUDITS: Final = 200_000
 _MAX_RESOURCES: Final = 4096
@@ -110,12 +111,7 @@ _MAX_RESOURCES: Final = 4096
 Group = tuple[str | None, str | None]
 
 
-def group_of(span: ReadableSpan) -> Group:
-    """The span's (deployment environment, service version) from its resource."""
-    return group_of_resource(span.resource)
-
-
-def group_of_resource(resource: Resource) -> Group:
+def group_of(resource: Resource) -> Group:
     """The resource's (deployment environment, service version)."""
     attributes = resource.attributes
     environment = attributes.get(
@@ -183,7 +179,7 @@ class GuardReport:
         self.warned_sample: list[dict[str, Any]] = []
         self.stopped_sample: list[dict[str, Any]] = []
         self._prompts: OrderedDict[str, _PromptAudit] = OrderedDict()
-        self._resource_groups: dict[int, tuple[Resource, Tally]] = {}
+        self._resource_groups: dict[int, tuple[Resource, Group, Tally]] = {}
 
     # -- input -----------------------------------------------------------------------------
 
@@ -193,23 +189,24 @@ class GuardReport:
     def count_spans(self, resource: Resource, count: int) -> None:
         """Count ``count`` spans read with ``resource``."""
         self.total.spans += count
+        self._resource_group(resource)[1].spans += count
+
+    def _resource_group(self, resource: Resource) -> tuple[Group, Tally]:
         # Readers share one Resource object per distinct resource: look its group up once.
         cached = self._resource_groups.get(id(resource))
         if cached is None or cached[0] is not resource:
             if len(self._resource_groups) >= _MAX_RESOURCES:
                 self._resource_groups.clear()
-            cached = self._resource_groups[id(resource)] = (
-                resource,
-                self._group(group_of_resource(resource)),
-            )
-        cached[1].spans += count
+            group = group_of(resource)
+            cached = self._resource_groups[id(resource)] = (resource, group, self._group(group))
+        return cached[1], cached[2]
 
     def observe(self, evaluation: BatchEvaluation) -> None:
         """Record one evaluated batch (a processor listener)."""
         span_context = evaluation.span.context
         audit = self._prompts.get(evaluation.prompt_id)
-        group = group_of(evaluation.span)
-        tallies = (self.total, self._group(group))
+        group, tally = self._resource_group(evaluation.span.resource)
+        tallies = (self.total, tally)
         if audit is None:
             audit = _PromptAudit(group, span_context.trace_id if span_context else 0)
             self._prompts[evaluation.prompt_id] = audit
@@ -265,11 +262,15 @@ class GuardReport:
             self.violations["stop_without_warning"] += 1
         if evaluation.decision.kind not in _ADVANCING:
             return
-        if any(
-            o.terminal_status == "cancelled" or o.execution_status == "cancelled" for o in calls
-        ):
+        cancelled = ineligible = False
+        for o in calls:
+            if o.terminal_status == "cancelled" or o.execution_status == "cancelled":
+                cancelled = True
+            if _ineligible(o):
+                ineligible = True
+        if cancelled:
             self.violations["cancelled_counted"] += 1
-        if any(_ineligible(o) for o in calls):
+        if ineligible:
             self.violations["ineligible_counted"] += 1
         admitted = (evaluation.span.attributes or {}).get(attr.BATCH_ADMITTED)
         call_ids = {o.call_id for o in calls}
@@ -284,10 +285,9 @@ class GuardReport:
     def audit_log_record(self, record: ReadableLogRecord) -> None:
         """Check one guard log record against the closed output vocabulary."""
         log = record.log_record
-        attributes = dict(log.attributes or {})
         ok = log.event_name in _EVENTS and log.body is None
-        for key, value in attributes.items():
-            if key not in _LOG_KEYS or is_sensitive(key):
+        for key, value in (log.attributes or {}).items():
+            if key not in _LOG_ALLOWED:
                 ok = False
             elif key in METRIC_ATTRIBUTE_VALUES:
                 ok = ok and value in METRIC_ATTRIBUTE_VALUES[key]
