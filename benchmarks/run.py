@@ -4,6 +4,7 @@ Run from the repository root after ``pip install .``::
 
     python benchmarks/run.py           # the full run (a few minutes at most)
     python benchmarks/run.py --quick   # a fast smoke run; its figures are indicative only
+    python benchmarks/run.py --replay-only   # only item 4, the replay throughput
 
 Every comparison is measured in the same run, with and without the guard interleaved, and
 reported as a ratio of medians so that the figures carry over between machines. See the README's
@@ -18,6 +19,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -344,9 +346,12 @@ def measure_memory(count: int) -> Memory:
 class Replay:
     spans: int
     file_bytes: int
-    seconds: float
+    seconds: float  # median wall time of the runs, start-up included
+    cpu_seconds: float  # the same run's CPU time (user + system)
     startup_seconds: float
     spans_per_second: float
+    peak_rss_mib: float  # the largest resident size of any replay run
+    decisions: dict[str, int]
 
 
 def _replay_command() -> list[str]:
@@ -364,16 +369,24 @@ def _pin_to_one_core() -> None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
-def _timed_replay(path: Path) -> tuple[float, dict[str, Any]]:
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed_replay(path: Path) -> tuple[float, float, dict[str, Any]]:
+    """Wall and CPU seconds of one ``otel-guard replay --format json`` run, and its report."""
     command = [*_replay_command(), "replay", "--format", "json", str(path)]
+    cpu = _children_cpu_seconds()
     start = time.perf_counter()
     done = subprocess.run(
         command, capture_output=True, text=True, check=False, preexec_fn=_pin_to_one_core
     )
     elapsed = time.perf_counter() - start
+    cpu = _children_cpu_seconds() - cpu
     if done.returncode != 0:
         raise RuntimeError(f"replay failed ({done.returncode}): {done.stderr.strip()[:300]}")
-    return elapsed, json.loads(done.stdout)
+    return elapsed, cpu, json.loads(done.stdout)
 
 
 def measure_replay(min_spans: int, repeats: int) -> Replay | None:
@@ -386,20 +399,26 @@ def measure_replay(min_spans: int, repeats: int) -> Replay | None:
         empty = Path(directory) / "empty.jsonl"
         empty.write_text("", encoding="utf-8")
         startup = _median([_timed_replay(empty)[0] for _ in range(3)])
-        runs: list[float] = []
+        runs: list[tuple[float, float]] = []
         # Repeat only while the runs stay short: a slow replay must not stretch the whole run.
-        while len(runs) < repeats and sum(runs) < REPLAY_BUDGET_SECONDS:
-            elapsed, report = _timed_replay(path)
+        while len(runs) < repeats and sum(r[0] for r in runs) < REPLAY_BUDGET_SECONDS:
+            elapsed, cpu, report = _timed_replay(path)
             if report.get("spans") != written:
                 raise RuntimeError(f"replay read {report.get('spans')} spans of {written}")
-            runs.append(elapsed)
-        seconds = _median(runs)
+            runs.append((elapsed, cpu))
+        seconds, cpu_seconds = sorted(runs)[(len(runs) - 1) // 2]
+        decisions = {k: v for k, v in report["decisions"].items() if v}
+        # ru_maxrss of waited children: the largest of them, in KiB on Linux.
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         return Replay(
             spans=written,
             file_bytes=path.stat().st_size,
             seconds=seconds,
+            cpu_seconds=cpu_seconds,
             startup_seconds=startup,
             spans_per_second=written / seconds,
+            peak_rss_mib=peak,
+            decisions=decisions,
         )
 
 
@@ -426,10 +445,32 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
+def _report_replay(spans: int, repeats: int, figures: dict[str, Any]) -> None:
+    print("4. Replay: otel-guard replay --format json FILE, pinned to one core")
+    replay = measure_replay(spans, repeats)
+    if replay is None:
+        print("   not available (this version has no otel_guard.replay)")
+        figures["replay"] = None
+        return
+    print(
+        f"   {replay.spans:,} spans ({replay.file_bytes / 2**20:.0f} MiB OTLP/JSON) in "
+        f"{replay.seconds:.2f} s ({replay.cpu_seconds:.2f} s CPU), including "
+        f"{replay.startup_seconds:.2f} s start-up: {replay.spans_per_second:,.0f} spans/s "
+        f"(target >= {TARGET_REPLAY_SPANS_PER_SECOND:,}: "
+        f"{_verdict(replay.spans_per_second >= TARGET_REPLAY_SPANS_PER_SECOND)}); "
+        f"peak RSS {replay.peak_rss_mib:.0f} MiB"
+    )
+    print(f"   decisions: {replay.decisions}")
+    figures["replay"] = replay.__dict__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (smaller sizes)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument(
+        "--replay-only", action="store_true", help="measure only the replay throughput (item 4)"
+    )
     args = parser.parse_args(argv)
 
     if args.quick:
@@ -458,6 +499,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "opentelemetry_sdk": sdk_version,
         "reference_loop_seconds": reference,
     }
+
+    if args.replay_only:
+        _report_replay(replay_spans, replay_repeats, figures)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        return 0
 
     print("1. Span throughput, with / without the guard (medians, interleaved)")
     overheads = [
@@ -495,20 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     figures["memory"] = memory.__dict__
 
-    print("4. Replay: otel-guard replay --format json, pinned to one core")
-    replay = measure_replay(replay_spans, replay_repeats)
-    if replay is None:
-        print("   not available (this version has no otel_guard.replay)")
-        figures["replay"] = None
-    else:
-        print(
-            f"   {replay.spans:,} spans ({replay.file_bytes / 2**20:.0f} MiB OTLP/JSON) in "
-            f"{replay.seconds:.2f} s, including {replay.startup_seconds:.2f} s start-up: "
-            f"{replay.spans_per_second:,.0f} spans/s (target >= "
-            f"{TARGET_REPLAY_SPANS_PER_SECOND:,}: "
-            f"{_verdict(replay.spans_per_second >= TARGET_REPLAY_SPANS_PER_SECOND)})"
-        )
-        figures["replay"] = replay.__dict__
+    _report_replay(replay_spans, replay_repeats, figures)
 
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
