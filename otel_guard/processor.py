@@ -166,6 +166,8 @@ def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
     a dictionary look-up; on the hot path the store's own dictionary is read when it exists.
     """
     store = getattr(span, "_attributes", None)
+    if type(store) is dict:  # spans built from recorded data (replay) hold a plain dict
+        return store
     inner = getattr(store, "_dict", None)
     if isinstance(inner, dict):
         return inner
