@@ -204,6 +204,21 @@ def _any_value(body: dict[str, Any]) -> AttributeValue | None:
     raise _Shape(f"unknown value field {field!r}")
 
 
+def _scalar(body: dict[str, Any]) -> str | int | bool | None:
+    """A one-field AnyValue holding a string, a decimal-string integer or a boolean, decoded and
+    fully checked; ``None`` for any other shape, which the full decoder then reads."""
+    inner = body.get("stringValue")
+    if type(inner) is str:
+        return inner
+    inner = body.get("intValue")
+    if type(inner) is str and len(inner) <= 18 and inner.isdigit() and inner.isascii():
+        return int(inner)
+    inner = body.get("boolValue")
+    if type(inner) is bool:
+        return inner
+    return None
+
+
 def _attributes(value: object) -> dict[str, AttributeValue]:
     entries = _expect(value, list, "")
     result: dict[str, AttributeValue] = {}
@@ -213,17 +228,9 @@ def _attributes(value: object) -> dict[str, AttributeValue]:
             key = item.get("key")
             body = item.get("value")
             if type(key) is str and type(body) is dict and len(body) == 1:
-                inner = body.get("stringValue")
-                if type(inner) is str:
-                    result[key] = inner
-                    continue
-                inner = body.get("intValue")
-                if type(inner) is str and len(inner) <= 18 and inner.isdigit() and inner.isascii():
-                    result[key] = int(inner)
-                    continue
-                inner = body.get("boolValue")
-                if type(inner) is bool:
-                    result[key] = inner
+                scalar = _scalar(body)
+                if scalar is not None:
+                    result[key] = scalar
                     continue
         try:
             entry = _expect(item, dict, "")
@@ -468,17 +475,9 @@ def _common_attributes(entries: list[Any]) -> dict[str, AttributeValue] | None:
         body = item.get("value")
         if type(key) is not str or type(body) is not dict or len(body) != 1:
             return None
-        inner = body.get("stringValue")
-        if type(inner) is str:
-            result[key] = inner
-            continue
-        inner = body.get("intValue")
-        if type(inner) is str and inner.isdigit() and inner.isascii() and len(inner) <= 18:
-            result[key] = int(inner)
-            continue
-        inner = body.get("boolValue")
-        if type(inner) is bool:
-            result[key] = inner
+        scalar = _scalar(body)
+        if scalar is not None:
+            result[key] = scalar
             continue
         try:
             converted = _any_value(body)
