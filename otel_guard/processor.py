@@ -228,7 +228,7 @@ class GuardSpanProcessor(SpanProcessor):
         self._max_prompts = max_prompts
         self._ttl = float(prompt_ttl_seconds)
         self._max_calls = max_calls_per_batch
-        # Open prompt, batch and tool spans together; bounded so never-ending spans cannot grow it.
+        # Open prompt and batch spans; bounded so never-ending spans cannot grow the table.
         self._max_tracked = 4 * max_prompts + max_calls_per_batch
         self._listener = listener
         self._clock = clock
