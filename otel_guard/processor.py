@@ -6,8 +6,9 @@ emitted after the guard's lock is released, with instrumentation suppressed.
 
 Span identification (SPEC section 3), decided when a span starts:
 
-* ``gen_ai.operation.name == "execute_tool"``: a tool-call span, tracked when its parent is an
-  open batch span; its outcome attributes are read when it ends.
+* ``gen_ai.operation.name == "execute_tool"``: a tool-call span, kept when it ends under an open
+  batch span; its attributes are read when the batch span ends, in call start order (a call ID
+  seen twice in one batch is a ``duplicate_span`` diagnostic for the later-started call).
 * ``gen_ai.operation.name == "invoke_agent"`` with ``acp.prompt.id``: a prompt span.
 * any other span with ``acp.prompt.id`` at start: a batch span candidate. It is evaluated when it
   ends if it then carries ``acp.batch.admitted``; a present but malformed admitted count makes
@@ -68,6 +69,8 @@ MAX_TOOL_NAME_LENGTH = 256
 MAX_CALL_ID_LENGTH = 256
 
 _EMPTY: Mapping[str, Any] = {}
+# Builds a named tuple from a tuple of its fields without a Python-level call.
+_new = tuple.__new__
 # Bound once: on_start and on_end run inside every span of the host.
 _OPERATION_NAME = attr.OPERATION_NAME
 _EXECUTE_TOOL = attr.EXECUTE_TOOL
@@ -135,15 +138,14 @@ class _PromptSpan:
 
 
 class _OpenBatch:
-    __slots__ = ("call_ids", "closed", "malformed", "observations", "overflow", "prompt_id")
+    __slots__ = ("calls", "closed", "overflow", "prompt_id")
 
     def __init__(self, prompt_id: str) -> None:
         self.prompt_id = prompt_id
-        # (start time, arrival, observation): sorted into call start order when the batch ends.
-        self.observations: list[tuple[int, int, Observation]] = []
-        self.call_ids: set[str] = set()
+        # (start time, arrival, span) of each tool-call span that ended under this batch: read
+        # once, when the batch ends, in call start order.
+        self.calls: list[tuple[int, int, ReadableSpan]] = []
         self.overflow = False
-        self.malformed = False
         self.closed = False
 
 
@@ -320,7 +322,7 @@ class GuardSpanProcessor(SpanProcessor):
             except AttributeError:
                 attributes = _attributes(span)
             if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
-                self._end_tool(span, attributes)
+                self._end_tool(span)
                 return
             if _PROMPT_ID not in attributes:
                 return  # neither a prompt nor a batch span: the common case ends here
@@ -368,9 +370,13 @@ class GuardSpanProcessor(SpanProcessor):
         self._flush(out)
 
     def _start_batch(self, span: Span, prompt_id: str) -> None:
-        out: list[_Emission] = []
+        tracked = self._tracked
         with self._lock:
-            self._track(span.context.span_id, _OpenBatch(prompt_id), out)
+            tracked[span.context.span_id] = _OpenBatch(prompt_id)
+            if len(tracked) <= self._max_tracked:
+                return
+            out: list[_Emission] = []
+            self._evict(out)
         self._flush(out)
 
     def _track(self, span_id: int, ref: _Tracked, out: list[_Emission]) -> None:
@@ -405,11 +411,14 @@ class GuardSpanProcessor(SpanProcessor):
         elif out:
             self._flush(out)
 
-    def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
+    def _end_tool(self, span: ReadableSpan) -> None:
+        # Only kept here; the span's attributes are read when its batch ends, in one pass.
         try:
             parent = span._parent
+            start_time = span._start_time
         except AttributeError:
             parent = span.parent
+            start_time = span.start_time
         if parent is None:
             return
         batch = self._tracked.get(parent.span_id)
@@ -418,48 +427,72 @@ class GuardSpanProcessor(SpanProcessor):
             if prompt_id is not None:
                 self._flush([("diagnostic", "late_span", prompt_id, span.context)])
             return  # an orphan: not under a batch span, not an observation
-        get = attributes.get
-        call_id = get(_TOOL_CALL_ID)
-        if type(call_id) is not str or not call_id or len(call_id) > MAX_CALL_ID_LENGTH:
-            call_id = None
-        duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
-        tool_name = get(_TOOL_NAME)
-        if type(tool_name) is not str or len(tool_name) > MAX_TOOL_NAME_LENGTH:
-            tool_name = None
-        tool_type = get(_TOOL_TYPE)
-        status = get(_TOOL_STATUS)
-        execution = get(_TOOL_EXECUTION_STATUS)
-        error_type = get(_TOOL_EXECUTION_ERROR_TYPE)
-        observation = Observation(
-            call_id or "",
-            tool_name,
-            tool_type if type(tool_type) is str else None,
-            status if type(status) is str else "",
-            execution if type(execution) is str else None,
-            error_type if type(error_type) is str else None,
-            duplicate,
-        )
-        start_time = span.start_time or 0
         diagnostic: Diagnostic | None = None
         with self._lock:
-            observations = batch.observations
+            calls = batch.calls
             if batch.closed:
                 diagnostic = "late_span"  # its batch span ended while this call was settling
-            elif len(observations) >= self._max_calls:
-                if not batch.overflow:
-                    batch.overflow = True
-                    diagnostic = "batch_overflow"
-            elif duplicate:
-                observations.append((start_time, len(observations), observation))
-            elif call_id is None:
-                batch.malformed = True  # a call without an ID cannot prove completeness
-            elif call_id in batch.call_ids:
-                diagnostic = "duplicate_span"
-            else:
-                batch.call_ids.add(call_id)
-                observations.append((start_time, len(observations), observation))
+            elif len(calls) < self._max_calls:
+                calls.append((start_time or 0, len(calls), span))
+                return
+            elif not batch.overflow:
+                batch.overflow = True
+                diagnostic = "batch_overflow"
         if diagnostic is not None:
             self._flush([("diagnostic", diagnostic, batch.prompt_id, span.context)])
+
+    def _observations(
+        self, batch: _OpenBatch, out: list[_Emission]
+    ) -> tuple[tuple[Observation, ...], int, bool]:
+        """The batch's observations in call start order, its distinct call IDs, and whether
+        every call carried a usable ID."""
+        calls = batch.calls
+        if len(calls) > 1:
+            calls.sort()  # start time, then arrival (unique, so spans are never compared)
+        observations: list[Observation] = []
+        call_ids: set[str] = set()
+        well_formed = True
+        new = _new
+        for _, _, span in calls:
+            try:
+                attributes = span._attributes._dict  # type: ignore[union-attr]
+            except AttributeError:
+                attributes = _attributes(span)
+            get = attributes.get
+            call_id = get(_TOOL_CALL_ID)
+            if type(call_id) is not str or not call_id or len(call_id) > MAX_CALL_ID_LENGTH:
+                call_id = ""
+            duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
+            if not duplicate:
+                if not call_id:
+                    well_formed = False  # a call without an ID cannot prove completeness
+                    continue
+                if call_id in call_ids:
+                    out.append(("diagnostic", "duplicate_span", batch.prompt_id, span.context))
+                    continue
+                call_ids.add(call_id)
+            tool_name = get(_TOOL_NAME)
+            tool_type = get(_TOOL_TYPE)
+            status = get(_TOOL_STATUS)
+            execution = get(_TOOL_EXECUTION_STATUS)
+            error_type = get(_TOOL_EXECUTION_ERROR_TYPE)
+            observations.append(
+                new(
+                    Observation,
+                    (
+                        call_id,
+                        tool_name
+                        if type(tool_name) is str and len(tool_name) <= MAX_TOOL_NAME_LENGTH
+                        else None,
+                        tool_type if type(tool_type) is str else None,
+                        status if type(status) is str else "",
+                        execution if type(execution) is str else None,
+                        error_type if type(error_type) is str else None,
+                        duplicate,
+                    ),
+                )
+            )
+        return tuple(observations), len(call_ids), well_formed
 
     def _end_batch(
         self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
@@ -469,8 +502,11 @@ class GuardSpanProcessor(SpanProcessor):
         ended[context.span_id] = batch.prompt_id
         if len(ended) > _ENDED_BATCHES:
             ended.popitem(last=False)
-        attributes = _attributes(span)
-        if attr.BATCH_ADMITTED not in attributes:
+        try:
+            attributes = span._attributes._dict  # type: ignore[union-attr]
+        except AttributeError:
+            attributes = _attributes(span)
+        if _BATCH_ADMITTED not in attributes:
             return None  # carried a prompt ID but is not a batch span
         prompt_id = batch.prompt_id
         now = self._clock()
@@ -481,37 +517,41 @@ class GuardSpanProcessor(SpanProcessor):
         else:
             prompt.last_seen = now
             self._prompts.move_to_end(prompt_id)
-        route = _str(attributes.get(attr.PROMPT_ROUTE))
-        if (route is not None and route != attr.ROUTE_INTERACTIVE) or _true(
-            attributes.get(attr.PROMPT_CHANNEL)
-        ):
+        route = attributes.get(attr.PROMPT_ROUTE)
+        if (isinstance(route, str) and route != attr.ROUTE_INTERACTIVE) or attributes.get(
+            attr.PROMPT_CHANNEL
+        ) is True:
             prompt.guarded = False  # a marker on any batch opts the whole prompt out
         if not prompt.guarded:
             return None
 
+        observations, distinct_calls, well_formed = self._observations(batch, out)
         admitted = attributes.get(attr.BATCH_ADMITTED)
         complete = (
             type(admitted) is int
             and admitted >= 0
             and not batch.overflow
-            and not batch.malformed
-            and len(batch.call_ids) == admitted
+            and well_formed
+            and distinct_calls == admitted
         )
-        observations = batch.observations
-        if len(observations) > 1:
-            observations.sort()  # start time, then arrival: call start order
-        guard_input = GuardInput(
-            self._mode,
-            Batch(complete, tuple([o for _, _, o in observations])),
-            attributes.get(attr.INPUT_EXTERNAL) is True,
-            attributes.get(attr.INPUT_QUEUED_PROMPT) is True,
-            attributes.get(attr.INPUT_RELIABLE) is True,
+        # The named tuples' own constructors are Python calls; tuple.__new__ is not.
+        guard_input: GuardInput = _new(
+            GuardInput,
+            (
+                self._mode,
+                _new(Batch, (complete, observations)),
+                attributes.get(attr.INPUT_EXTERNAL) is True,
+                attributes.get(attr.INPUT_QUEUED_PROMPT) is True,
+                attributes.get(attr.INPUT_RELIABLE) is True,
+            ),
         )
         before = prompt.state
         decision = reduce(before, guard_input)
         after = decision.state
         prompt.state = after
         prompt.pending = None  # an action not taken before this batch settled is stale
+        if decision.kind == "none" and self._listener is None:
+            return None  # the common case: nothing to emit, nobody to tell
         value = decision_value(decision.kind)
         action: GuardAction | None = None
         if decision.kind == "warn":

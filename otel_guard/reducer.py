@@ -168,10 +168,6 @@ def _reset(state: GuardState, reason: ResetReason, disable: bool = False) -> Dec
     return Decision("reset", new_state, reason)
 
 
-def _blank(value: str | None) -> bool:
-    return not isinstance(value, str) or not value.strip()
-
-
 @lru_cache(maxsize=1024)
 def _eligible_error_type(value: str) -> bool:
     # Cached: a deployment has few distinct error types, and this runs for every failed call.
@@ -202,17 +198,16 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
     if not input.batch.complete:
         return _reset(state, "incomplete")
 
-    # 4. Provider duplicates neither advance nor reset.
-    observations = [o for o in input.batch.observations if not o.provider_duplicate]
-    if not observations:
-        return Decision("none", state)
-
-    # 5. Classify.
+    # 4-5. Classify. Provider duplicates neither advance nor reset.
+    counted = False
     reasons: set[ResetReason] = set()
     disable = False
     succeeded: set[str] = set()
     failures: list[FailureKey] = []
-    for obs in observations:
+    for obs in input.batch.observations:
+        if obs.provider_duplicate:
+            continue
+        counted = True
         terminal = obs.terminal_status
         execution = obs.execution_status
         if terminal == "cancelled":
@@ -226,7 +221,7 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
                 disable = True
             elif execution == "success" or execution == "not_started":
                 tool = obs.policy_tool_name
-                if tool is None or _blank(tool):
+                if not isinstance(tool, str) or not tool.strip():
                     reasons.add("unknown")
                     disable = True
                 else:
@@ -241,8 +236,8 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
             tool = obs.policy_tool_name
             error_type = obs.execution_error_type
             if (
-                tool is None
-                or _blank(tool)
+                not isinstance(tool, str)
+                or not tool.strip()
                 or not isinstance(error_type, str)
                 or len(error_type) > 64
                 or not _eligible_error_type(error_type)
@@ -260,6 +255,8 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         else:
             reasons.add("unknown")
             disable = True
+    if not counted:
+        return Decision("none", state)
 
     # 6. Any ineligible outcome resets, by precedence.
     if reasons:
@@ -267,7 +264,9 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         return _reset(state, reason, disable=disable)
 
     # 7. A tool's success clears that tool's failures in the same batch.
-    remaining = [k for k in failures if k.policy_tool_name not in succeeded]
+    remaining = (
+        [k for k in failures if k.policy_tool_name not in succeeded] if succeeded else failures
+    )
     if not remaining:
         if state.key is not None and state.key.policy_tool_name in succeeded:
             return _reset(state, "success")
@@ -277,7 +276,7 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
 
     # 8. One candidate at a time.
     key = remaining[0]
-    if any(k != key for k in remaining):
+    if remaining.count(key) != len(remaining):
         return _reset(state, "mixed")
 
     # 9. A new key starts a new streak with a new ordinal.
