@@ -15,7 +15,7 @@ Span identification (SPEC section 3), decided when a span starts:
   the batch incomplete. A batch span must therefore carry ``acp.prompt.id`` from its start; the
   admitted count and the input-drain attributes may be set at any time before it ends.
 
-Every other span costs one or two dictionary look-ups in ``on_start`` and one in ``on_end``.
+Every other span costs one dictionary look-up in ``on_start`` and two in ``on_end``.
 """
 
 from __future__ import annotations
@@ -295,21 +295,18 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
                 attributes = _attributes(span)
+            # Only prompt and batch spans matter here, and both carry the prompt ID from their
+            # start: every other span leaves after this one look-up.
+            prompt_id = attributes.get(_PROMPT_ID)
+            if prompt_id is None:
+                return
             operation = attributes.get(_OPERATION_NAME)
-            if operation is None:
-                # The common case: a span of no interest costs these two look-ups.
-                prompt_id = attributes.get(_PROMPT_ID)
-                if prompt_id is None:
-                    return
-            elif operation == _EXECUTE_TOOL:
+            if operation == _EXECUTE_TOOL or not isinstance(prompt_id, str):
                 return  # tool-call spans are read when they end
+            if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
+                self._start_prompt(span, prompt_id, attributes)
             else:
-                prompt_id = attributes.get(_PROMPT_ID)
-            if isinstance(prompt_id, str):
-                if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
-                    self._start_prompt(span, prompt_id, attributes)
-                else:
-                    self._start_batch(span, prompt_id)
+                self._start_batch(span, prompt_id)
         except Exception:
             self._internal_error()
 
