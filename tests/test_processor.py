@@ -275,6 +275,26 @@ def test_repeated_frame_for_a_call_id_is_ignored() -> None:
     assert h.guard.diagnostics() == {"duplicate_span": 1}
 
 
+def test_of_two_frames_with_one_call_id_the_earlier_started_is_kept() -> None:
+    from opentelemetry.trace import set_span_in_context
+
+    h, seen = evaluations()
+    batch_span = h.tracer.start_span("batch", attributes={"acp.prompt.id": "p"})
+    ctx = set_span_in_context(batch_span)
+    first = h.tool_span(Call(call_id="a", error_type="timeout"), ctx)
+    second = h.tool_span(Call(call_id="a", error_type="exit_nonzero"), ctx)
+    second.end()  # the later-started frame settles first
+    first.end()
+    batch_span.set_attributes({"acp.batch.admitted": 1, "acp.input.reliable": True})
+    batch_span.end()
+    assert [o.execution_error_type for o in seen[0].batch.observations] == ["timeout"]
+    assert seen[0].batch.complete is True
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert record.log_record.attributes is not None
+    assert record.log_record.attributes["diagnostic"] == "duplicate_span"
+    assert record.log_record.span_id == second.get_span_context().span_id
+
+
 def test_provider_duplicates_are_observed_but_not_counted_for_completeness() -> None:
     h, seen = evaluations()
     h.batch("p", [Call(call_id="a"), Call(call_id="a", duplicate=True)], admitted=1)
