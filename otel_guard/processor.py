@@ -26,7 +26,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from opentelemetry import context as context_api
 from opentelemetry._logs import LoggerProvider
@@ -69,6 +69,9 @@ MAX_TOOL_NAME_LENGTH = 256
 MAX_CALL_ID_LENGTH = 256
 
 _EMPTY: Mapping[str, Any] = {}
+# A SpanContext is a tuple whose second item is the span ID (its declared type); indexing it is
+# a plain tuple read, while its ``span_id`` property is a Python call.
+_SPAN_ID: Final = 1
 # Builds a named tuple from a tuple of its fields without a Python-level call.
 _new = tuple.__new__
 # Bound once: on_start and on_end run inside every span of the host.
@@ -327,7 +330,7 @@ class GuardSpanProcessor(SpanProcessor):
                 context = span._context
             except AttributeError:
                 context = span.context
-            if context is None or context.span_id not in self._tracked:
+            if context is None or context[_SPAN_ID] not in self._tracked:
                 return
             self._end_tracked(span, context)
         except Exception:
@@ -369,7 +372,7 @@ class GuardSpanProcessor(SpanProcessor):
     def _start_batch(self, span: Span, prompt_id: str) -> None:
         tracked = self._tracked
         with self._lock:
-            tracked[span.context.span_id] = _OpenBatch(prompt_id)
+            tracked[span.context[_SPAN_ID]] = _OpenBatch(prompt_id)
             if len(tracked) <= self._max_tracked:
                 return
             out: list[_Emission] = []
@@ -392,7 +395,7 @@ class GuardSpanProcessor(SpanProcessor):
         out: list[_Emission] = []
         evaluation: tuple[Transition | None, BatchEvaluation | None] | None = None
         with self._lock:
-            ref = self._tracked.pop(context.span_id, None)
+            ref = self._tracked.pop(context[_SPAN_ID], None)
             if type(ref) is _OpenBatch:
                 evaluation = self._end_batch(span, context, ref, out)
             elif type(ref) is _PromptSpan:
@@ -418,9 +421,9 @@ class GuardSpanProcessor(SpanProcessor):
             start_time = span.start_time
         if parent is None:
             return
-        batch = self._tracked.get(parent.span_id)
+        batch = self._tracked.get(parent[_SPAN_ID])
         if type(batch) is not _OpenBatch:
-            prompt_id = self._ended_batches.get(parent.span_id)
+            prompt_id = self._ended_batches.get(parent[_SPAN_ID])
             if prompt_id is not None:
                 self._flush([("diagnostic", "late_span", prompt_id, span.context)])
             return  # an orphan: not under a batch span, not an observation
@@ -496,7 +499,7 @@ class GuardSpanProcessor(SpanProcessor):
     ) -> tuple[Transition | None, BatchEvaluation | None] | None:
         batch.closed = True
         ended = self._ended_batches
-        ended[context.span_id] = batch.prompt_id
+        ended[context[_SPAN_ID]] = batch.prompt_id
         if len(ended) > _ENDED_BATCHES:
             ended.popitem(last=False)
         try:
@@ -544,16 +547,16 @@ class GuardSpanProcessor(SpanProcessor):
         )
         before = prompt.state
         decision = reduce(before, guard_input)
-        after = decision.state
+        kind, after, reason = decision
         prompt.state = after
         prompt.pending = None  # an action not taken before this batch settled is stale
-        if decision.kind == "none" and self._listener is None:
+        if kind == "none" and self._listener is None:
             return None  # the common case: nothing to emit, nobody to tell
-        value = decision_value(decision.kind)
+        value = decision_value(kind)
         action: GuardAction | None = None
-        if decision.kind == "warn":
+        if kind == "warn":
             action = GuardAction("reminder", REMINDER)
-        elif decision.kind == "stop":
+        elif kind == "stop":
             if prompt.reminded_ordinal == after.candidate_ordinal:
                 action = GuardAction("stop", STOP_MESSAGE)
             else:
@@ -586,7 +589,7 @@ class GuardSpanProcessor(SpanProcessor):
                 failure_count=candidate.failure_count,
                 batch_count=candidate.batch_count,
                 candidate_ordinal=candidate.candidate_ordinal,
-                reset_reason=decision.reason,
+                reset_reason=reason,
                 tool_type=tool_type,
                 execution_error_type=None if key is None else key.execution_error_type,
                 span_context=context,

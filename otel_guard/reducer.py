@@ -161,11 +161,11 @@ def effective_mode(mode: Mode, enforcement_disabled: bool) -> Mode:
 
 
 def _reset(state: GuardState, reason: ResetReason, disable: bool = False) -> Decision:
-    disabled = state.enforcement_disabled or disable
-    if state.phase == "idle" and disabled == state.enforcement_disabled:
+    phase, _, _, _, _, next_ordinal, was_disabled = state
+    disabled = was_disabled or disable
+    if phase == "idle" and disabled == was_disabled:
         return Decision("none", state)
-    new_state = GuardState("idle", None, 0, 0, 0, state.next_candidate_ordinal, disabled)
-    return Decision("reset", new_state, reason)
+    return Decision("reset", GuardState("idle", None, 0, 0, 0, next_ordinal, disabled), reason)
 
 
 @lru_cache(maxsize=1024)
@@ -180,22 +180,27 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
     An input mode that is not one of the four modes is treated as ``shadow``, the same as a
     missing or invalid deployment setting: the reducer never enforces on a mode it cannot read.
     """
-    mode = _MODES.get(input.mode) if type(input.mode) is str else None
+    # The values are unpacked once: a named tuple's field access is a descriptor call, tuple
+    # unpacking is not, and this runs inside the agent's span.end().
+    requested, batch, has_external_input, has_queued_prompt, input_reliable = input
+    phase, current_key, failure_count, batch_count, ordinal, next_ordinal, disabled = state
+    mode = _MODES.get(requested) if type(requested) is str else None
     if mode is None:
-        mode = parse_mode(input.mode) or "shadow"
+        mode = parse_mode(requested) or "shadow"
 
     # 1. Off, or latched until the prompt ends.
-    if mode == "off" or state.phase == "latched":
+    if mode == "off" or phase == "latched":
         return Decision("none", state)
 
     # 2-3. Input boundary and completeness.
-    if not input.input_reliable:
+    if not input_reliable:
         return _reset(state, "unreliable_input", disable=True)
-    if input.has_external_input:
+    if has_external_input:
         return _reset(state, "external_input")
-    if input.has_queued_prompt:
+    if has_queued_prompt:
         return _reset(state, "queued_prompt")
-    if not input.batch.complete:
+    complete, observations = batch
+    if not complete:
         return _reset(state, "incomplete")
 
     # 4-5. Classify. Provider duplicates neither advance nor reset.
@@ -204,12 +209,10 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
     disable = False
     succeeded: set[str] = set()
     failures: list[FailureKey] = []
-    for obs in input.batch.observations:
-        if obs.provider_duplicate:
+    for _, tool, _, terminal, execution, error_type, provider_duplicate in observations:
+        if provider_duplicate:
             continue
         counted = True
-        terminal = obs.terminal_status
-        execution = obs.execution_status
         if terminal == "cancelled":
             reasons.add("cancelled")
         elif execution is None or execution == "unknown":
@@ -220,7 +223,6 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
                 reasons.add("contract_violation")
                 disable = True
             elif execution == "success" or execution == "not_started":
-                tool = obs.policy_tool_name
                 if not isinstance(tool, str) or not tool.strip():
                     reasons.add("unknown")
                     disable = True
@@ -233,8 +235,6 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
             reasons.add("unknown")
             disable = True
         elif execution == "error":
-            tool = obs.policy_tool_name
-            error_type = obs.execution_error_type
             if (
                 not isinstance(tool, str)
                 or not tool.strip()
@@ -268,7 +268,7 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         [k for k in failures if k.policy_tool_name not in succeeded] if succeeded else failures
     )
     if not remaining:
-        if state.key is not None and state.key.policy_tool_name in succeeded:
+        if current_key is not None and current_key.policy_tool_name in succeeded:
             return _reset(state, "success")
         if succeeded:
             return Decision("none", state)
@@ -280,30 +280,20 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         return _reset(state, "mixed")
 
     # 9. A new key starts a new streak with a new ordinal.
-    if key != state.key:
+    if key != current_key:
         return Decision(
             "tracked",
             GuardState(
-                "tracking",
-                key,
-                len(remaining),
-                1,
-                state.next_candidate_ordinal,
-                state.next_candidate_ordinal + 1,
-                state.enforcement_disabled,
+                "tracking", key, len(remaining), 1, next_ordinal, next_ordinal + 1, disabled
             ),
         )
 
     # 10. The same key continues the streak.
-    failure_count = state.failure_count + len(remaining)
-    batch_count = state.batch_count + 1
-    if state.phase == "warned":
-        kind: DecisionKind = (
-            "stop"
-            if effective_mode(mode, state.enforcement_disabled) == "enforce"
-            else "would_stop"
-        )
-        phase: Phase = "latched"
+    failure_count += len(remaining)
+    batch_count += 1
+    if phase == "warned":
+        kind: DecisionKind = "stop" if effective_mode(mode, disabled) == "enforce" else "would_stop"
+        phase = "latched"
     elif failure_count >= THRESHOLD and batch_count >= BATCH_THRESHOLD:
         kind = "would_warn" if mode == "shadow" else "warn"
         phase = "warned"
@@ -312,13 +302,5 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         phase = "tracking"
     return Decision(
         kind,
-        GuardState(
-            phase,
-            key,
-            failure_count,
-            batch_count,
-            state.candidate_ordinal,
-            state.next_candidate_ordinal,
-            state.enforcement_disabled,
-        ),
+        GuardState(phase, key, failure_count, batch_count, ordinal, next_ordinal, disabled),
     )
