@@ -30,7 +30,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    DEFAULT_TRACE_STATE,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 from opentelemetry.util.types import AttributeValue
 
 __all__ = [
@@ -86,6 +93,68 @@ class MalformedInput(Exception):
     def __str__(self) -> str:
         where = self.path if self.line is None else f"{self.path}:{self.line}"
         return f"{where}: {self.message}"
+
+
+class _Attributes(dict[str, AttributeValue]):
+    """A decoded span's attributes: a plain dictionary that also answers ``_dict`` with itself.
+
+    The SDK's attribute store keeps its entries in ``_dict``; the guard's hot path reads that
+    first, and a plain dictionary would make it take a raised ``AttributeError`` per call.
+    """
+
+    __slots__ = ()
+
+    @property
+    def _dict(self) -> dict[str, AttributeValue]:
+        return self
+
+
+class _RecordedSpan(ReadableSpan):
+    """A finished span read from a file: a :class:`ReadableSpan` whose fields are set directly.
+
+    ``ReadableSpan.__init__`` takes keywords and defaults that replay has no use for, at a cost
+    that counts over hundreds of thousands of spans. Every field it sets is set here too, with
+    no events or links (a test compares the two).
+    """
+
+    def __init__(  # one argument per field, positional: cheaper to call
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        resource: Resource,
+        attributes: _Attributes,
+        kind: SpanKind,
+        status: Status,
+        start_time: int,
+        end_time: int,
+        scope: InstrumentationScope,
+    ) -> None:
+        # ReadableSpan.__init__ is deliberately not called: these are all the fields it sets.
+        self._name = name
+        self._context = context
+        self._kind = kind
+        self._instrumentation_info = None
+        self._instrumentation_scope = scope
+        self._parent = parent
+        self._start_time = start_time
+        self._end_time = end_time
+        self._attributes = attributes
+        self._events = ()
+        self._links = ()
+        self._resource = resource
+        self._status = status
+
+
+_new_tuple = tuple.__new__
+
+
+def _context(trace_id: int, span_id: int, flags: TraceFlags) -> SpanContext:
+    """A local span context for IDs already checked to be non-zero and in range.
+
+    ``SpanContext.__new__`` only re-checks that and fills in defaults; the tuple is the same.
+    """
+    return _new_tuple(SpanContext, (trace_id, span_id, False, flags, DEFAULT_TRACE_STATE, True))
 
 
 class _Shape(Exception):
@@ -219,9 +288,9 @@ def _scalar(body: dict[str, Any]) -> str | int | bool | None:
     return None
 
 
-def _attributes(value: object) -> dict[str, AttributeValue]:
+def _attributes(value: object) -> _Attributes:
     entries = _expect(value, list, "")
-    result: dict[str, AttributeValue] = {}
+    result = _Attributes()
     for index, item in enumerate(entries):
         # The common case first: a string-keyed string or integer value, fully checked here.
         if type(item) is dict:
@@ -388,7 +457,7 @@ def _common_span(
         span_id = int(span_text, 16)
         if not span_id:
             return None
-        context = by_span_id[span_text] = SpanContext(trace_id, span_id, False, trace_flags)
+        context = by_span_id[span_text] = _context(trace_id, span_id, trace_flags)
 
     parent_text = get("parentSpanId")
     parent: SpanContext | None = None
@@ -400,7 +469,7 @@ def _common_span(
             if _SPAN_ID(parent_text) is None:
                 return None
             parent_id = int(parent_text, 16)
-            parent = None if not parent_id else SpanContext(trace_id, parent_id, False, trace_flags)
+            parent = None if not parent_id else _context(trace_id, parent_id, trace_flags)
             if parent is not None:
                 by_span_id[parent_text] = parent
 
@@ -451,23 +520,14 @@ def _common_span(
     attributes = _common_attributes(entries)
     if attributes is None:
         return None
-    return ReadableSpan(
-        name=name,
-        context=context,
-        parent=parent,
-        resource=resource,
-        attributes=attributes,
-        kind=kind,
-        status=status,
-        start_time=start,
-        end_time=end,
-        instrumentation_scope=scope,
+    return _RecordedSpan(
+        name, context, parent, resource, attributes, kind, status, start, end, scope
     )
 
 
-def _common_attributes(entries: list[Any]) -> dict[str, AttributeValue] | None:
+def _common_attributes(entries: list[Any]) -> _Attributes | None:
     """The attributes as :func:`_attributes` reads them, or ``None`` when one is malformed."""
-    result: dict[str, AttributeValue] = {}
+    result = _Attributes()
     for item in entries:
         if type(item) is not dict:
             return None
@@ -518,21 +578,17 @@ def _span(value: object, resource: Resource, scope: InstrumentationScope) -> Rea
         attributes = _attributes(get("attributes", _NO_ATTRIBUTES))
     except _Shape as error:
         raise error.within(".attributes") from None
-    return ReadableSpan(
-        name=_expect(get("name", ""), str, ".name"),
-        context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags),
-        parent=(
-            SpanContext(trace_id, parent_id, is_remote=False, trace_flags=flags)
-            if parent_id
-            else None
-        ),
-        resource=resource,
-        attributes=attributes,
-        kind=kind,
-        status=status,
-        start_time=start,
-        end_time=end,
-        instrumentation_scope=scope,
+    return _RecordedSpan(
+        _expect(get("name", ""), str, ".name"),
+        _context(trace_id, span_id, flags),
+        _context(trace_id, parent_id, flags) if parent_id else None,
+        resource,
+        attributes,
+        kind,
+        status,
+        start,
+        end,
+        scope,
     )
 
 

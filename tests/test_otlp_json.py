@@ -10,19 +10,23 @@ from typing import Any
 
 import pytest
 from google.protobuf.json_format import MessageToDict
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
 from otel_guard.otlp_json import (
     MalformedInput,
     OtlpJsonReader,
     OtlpJsonSpanExporter,
+    _common_span,
+    _Shape,
+    _span,
     encode_request,
     parse_request,
 )
@@ -354,3 +358,235 @@ def test_numbers_too_long_to_convert_are_described(field: str, value: Any, messa
         parse_request(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
     with pytest.raises(ValueError, match=r"^invalid JSON \(a value out of range\)$"):
         parse_request('{"resourceSpans": [' + "9" * 5000 + "]}")
+
+
+def test_decoded_spans_set_every_field_a_readable_span_sets() -> None:
+    line = json.dumps(encode_request(produce()))
+    reference = set(vars(ReadableSpan("s")))
+    for span in parse_request(line):
+        assert isinstance(span, ReadableSpan)
+        assert set(vars(span)) == reference
+        assert (span.events, span.links, span.dropped_attributes) == ((), (), 0)
+
+
+# -- the fast reader and the full reader agree ---------------------------------------------------
+
+_TRACE_IDS = ("1" * 32, "ab" * 16, "AB" * 16)
+_SPAN_IDS = ("1" * 16, "2" * 16, "cd" * 8, "CD" * 8)
+_BAD_IDS = ("", "0" * 16, "0" * 32, "1" * 15, "1" * 33, "g" * 16, "\uff11" * 16, 1, None, True)
+_VALID_TIMES = st.one_of(
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.integers(min_value=0, max_value=2**64 - 1).map(str),
+)
+_ODD_TIMES = ["", "-1", "+1", " 1", "1_0", "1e3", "١٢", "²", str(2**64), "9" * 21, 1.5, -1, True]
+_COMMON_VALUES = st.one_of(
+    st.text(max_size=4).map(lambda t: {"stringValue": t}),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1).map(lambda i: {"intValue": str(i)}),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1).map(lambda i: {"intValue": i}),
+    st.booleans().map(lambda b: {"boolValue": b}),
+)
+_ODD_VALUES = [
+    {},
+    {"stringValue": 1},
+    {"intValue": "1.0"},
+    {"intValue": " 7"},
+    {"intValue": "٣"},
+    {"intValue": "9" * 30},
+    {"intValue": True},
+    {"intValue": 2**70},
+    {"boolValue": 1},
+    {"doubleValue": 1.5},
+    {"doubleValue": "NaN"},
+    {"doubleValue": "1.5"},
+    {"arrayValue": {"values": [{"intValue": "1"}]}},
+    {"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}},
+    {"kvlistValue": {"values": []}},
+    {"bytesValue": "aGk="},
+    {"bytesValue": "%"},
+    {"stringValue": "a", "intValue": "1"},
+    {"mapValue": {}},
+    [],
+    None,
+]
+_ODD_ATTRIBUTES = [
+    *({"key": "k", "value": value} for value in _ODD_VALUES),
+    {"key": 1, "value": {"stringValue": "v"}},
+    {"key": "k"},
+    {"value": {"stringValue": "v"}},
+    {"key": "k", "value": {"stringValue": "v"}, "extra": 1},
+    ["k", "v"],
+    "k",
+    None,
+]
+_COMMON_ATTRIBUTE = st.builds(
+    lambda key, value: {"key": key, "value": value}, st.text(max_size=4), _COMMON_VALUES
+)
+_ODD_ATTRIBUTE = st.one_of(
+    st.sampled_from(_ODD_ATTRIBUTES),
+    st.builds(lambda key, value: {"key": key, "value": value}, st.text(max_size=4), _JSON),
+)
+
+
+@st.composite
+def _common_span_body(draw: st.DrawFn) -> dict[str, Any]:
+    """A span as the Collector writes it: the shapes the fast reader is for."""
+    start = draw(_VALID_TIMES)
+    end = draw(_VALID_TIMES.filter(lambda e: int(e) >= int(start)))
+    body: dict[str, Any] = {
+        "traceId": draw(st.sampled_from(_TRACE_IDS)),
+        "spanId": draw(st.sampled_from(_SPAN_IDS)),
+        "name": draw(st.text(max_size=4)),
+        "kind": draw(st.integers(min_value=0, max_value=5)),
+        "startTimeUnixNano": start,
+        "endTimeUnixNano": end,
+        "attributes": draw(st.lists(_COMMON_ATTRIBUTE, max_size=4)),
+        "status": draw(
+            st.sampled_from(
+                [{}, {"code": 0}, {"code": 1}, {"code": 2}, {"code": 2, "message": "m"}]
+            )
+        ),
+    }
+    parent = draw(st.sampled_from(["", None, *_SPAN_IDS]))
+    if parent is not None:
+        body["parentSpanId"] = parent
+    if draw(st.booleans()):
+        body["flags"] = draw(st.integers(min_value=0, max_value=2**64 - 1))
+    return body
+
+
+# Values of each field that are malformed, or valid but not the common shape.
+_ODD_FIELDS: dict[str, list[Any]] = {
+    "traceId": list(_BAD_IDS),
+    "spanId": list(_BAD_IDS),
+    "parentSpanId": list(_BAD_IDS),
+    "flags": [-1, 2**64, True, "1", 1.0, None],
+    "startTimeUnixNano": [*_ODD_TIMES, 2**64, 7, 2**64 - 1],
+    "endTimeUnixNano": [*_ODD_TIMES, 2**64, 0, "4"],
+    "kind": [-1, 6, True, "1", 1.0, None],
+    "status": [[], None, {"code": 3}, {"code": True}, {"code": "2"}, {"code": 2, "message": 1}],
+    "events": [[], [{}], {}, None],
+    "links": [[], {}, "x"],
+    "name": [1, None, []],
+    "attributes": [{}, None, "x", *([attribute] for attribute in _ODD_ATTRIBUTES)],
+}
+_ODD_FIELD_STRATEGIES = {
+    **{field: st.sampled_from(values) for field, values in _ODD_FIELDS.items()},
+    "attributes": st.one_of(
+        st.sampled_from(_ODD_FIELDS["attributes"]),
+        st.lists(st.one_of(_COMMON_ATTRIBUTE, _ODD_ATTRIBUTE), min_size=1, max_size=3),
+    ),
+}
+
+
+@st.composite
+def _any_span_body(draw: st.DrawFn) -> Any:
+    """A common span with some fields replaced by odd (valid or malformed) values, or removed."""
+    body = draw(_common_span_body())
+    # Mostly one odd field, so that the rest of the span is what decides; the attributes, where
+    # most of the checking is, more often than the others.
+    count = draw(st.sampled_from([1, 1, 1, 2, 3]))
+    fields = st.sampled_from([*sorted(_ODD_FIELDS), *["attributes"] * 6])
+    for field in draw(st.lists(fields, min_size=count, max_size=count, unique=True)):
+        if draw(st.integers(min_value=0, max_value=4)) == 0:
+            body.pop(field, None)
+        else:
+            body[field] = draw(_ODD_FIELD_STRATEGIES[field])
+    return (
+        draw(st.one_of(st.just(body), st.sampled_from([[], None, "span"])))
+        if draw(st.integers(min_value=0, max_value=20)) == 0
+        else body
+    )
+
+
+def _fields(span: ReadableSpan) -> tuple[Any, ...]:
+    """Everything a span read from a file holds; attribute values by type and ``repr`` (NaN)."""
+    return (
+        type(span),
+        tuple(span.context) if span.context else None,
+        tuple(span.parent) if span.parent else None,
+        span.name,
+        span.kind,
+        span.start_time,
+        span.end_time,
+        type(span._attributes),
+        [(key, type(value), repr(value)) for key, value in (span.attributes or {}).items()],
+        span.status.status_code,
+        span.status.description,
+        span.resource,
+        span.instrumentation_scope,
+        span.events,
+        span.links,
+    )
+
+
+_RESOURCE = Resource({"service.name": "agent"})
+_SCOPE = InstrumentationScope("agent")
+
+
+def _read_both(bodies: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Each body as the fast reader reads it (sharing one line's ID cache) and as the full reader
+    reads it; ``None`` where one declines (fast) or rejects (full) it."""
+    contexts: Any = ({}, {})
+    fast = [_common_span(body, _RESOURCE, _SCOPE, contexts) for body in bodies]
+    full: list[Any] = []
+    for body in bodies:
+        try:
+            full.append(_span(body, _RESOURCE, _SCOPE))
+        except _Shape:
+            full.append(None)
+    return fast, full
+
+
+@settings(max_examples=150)
+@given(st.lists(_common_span_body(), min_size=1, max_size=6))
+def test_the_fast_reader_reads_common_spans_as_the_full_reader_does(
+    bodies: list[dict[str, Any]],
+) -> None:
+    fast, full = _read_both(bodies)
+    assert None not in fast
+    assert [_fields(span) for span in fast] == [_fields(span) for span in full]
+
+
+@settings(max_examples=300)
+@given(st.lists(_any_span_body(), min_size=1, max_size=6))
+def test_the_fast_reader_never_accepts_what_the_full_reader_reads_otherwise(
+    bodies: list[Any],
+) -> None:
+    fast, full = _read_both(bodies)
+    for fast_span, full_span in zip(fast, full, strict=True):
+        if fast_span is not None:
+            assert full_span is not None
+            assert _fields(fast_span) == _fields(full_span)
+
+
+_PLAIN_SPAN = {
+    "traceId": "ab" * 16,
+    "spanId": "cd" * 8,
+    "parentSpanId": "12" * 8,
+    "name": "s",
+    "kind": 1,
+    "startTimeUnixNano": "5",
+    "endTimeUnixNano": "6",
+    "attributes": [{"key": "a", "value": {"stringValue": "b"}}],
+    "status": {},
+}
+
+
+_LEFT_OUT = object()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        *((field, value) for field, values in _ODD_FIELDS.items() for value in values),
+        *((field, _LEFT_OUT) for field in _PLAIN_SPAN),
+    ],
+)
+def test_the_fast_reader_declines_or_agrees_on_every_odd_field(field: str, value: Any) -> None:
+    body = dict(_PLAIN_SPAN)
+    if value is _LEFT_OUT:
+        del body[field]
+    else:
+        body[field] = value
+    (fast,), (full,) = _read_both([body])
+    assert fast is None or (full is not None and _fields(fast) == _fields(full))
