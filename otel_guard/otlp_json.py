@@ -428,10 +428,16 @@ def _common_span(
     """
     if type(body) is not dict:
         return None
+    try:
+        trace_text = body["traceId"]
+        span_text = body["spanId"]
+        start = body["startTimeUnixNano"]
+        end = body["endTimeUnixNano"]
+    except KeyError:
+        return None
     get = body.get
     trace_ids, by_span_id = contexts
 
-    trace_text = get("traceId")
     if type(trace_text) is not str:
         return None
     trace_id = trace_ids.get(trace_text)
@@ -447,7 +453,6 @@ def _common_span(
         return None
     trace_flags = _TRACE_FLAGS[flags & 0xFF]
 
-    span_text = get("spanId")
     if type(span_text) is not str:
         return None
     context = by_span_id.get(span_text)
@@ -473,12 +478,10 @@ def _common_span(
             if parent is not None:
                 by_span_id[parent_text] = parent
 
-    start = get("startTimeUnixNano")
     if type(start) is str and start.isdigit() and start.isascii() and len(start) <= 20:
         start = int(start)
     elif type(start) is not int:
         return None
-    end = get("endTimeUnixNano")
     if type(end) is str and end.isdigit() and end.isascii() and len(end) <= 20:
         end = int(end)
     elif type(end) is not int:
@@ -531,20 +534,25 @@ def _common_attributes(entries: list[Any]) -> _Attributes | None:
     for item in entries:
         if type(item) is not dict:
             return None
-        key = item.get("key")
-        body = item.get("value")
+        try:
+            key = item["key"]
+            body = item["value"]
+        except KeyError:
+            return None
         if type(key) is not str or type(body) is not dict or len(body) != 1:
             return None
-        scalar = _scalar(body)
-        if scalar is not None:
-            result[key] = scalar
-            continue
-        try:
-            converted = _any_value(body)
-        except _Shape:
-            return None
-        if converted is not None:
-            result[key] = converted
+        # Most values are strings: read here; the others as _attributes reads them.
+        value = body.get("stringValue")
+        if type(value) is not str:
+            value = _scalar(body)
+            if value is None:
+                try:
+                    value = _any_value(body)
+                except _Shape:
+                    return None
+                if value is None:
+                    continue
+        result[key] = value
     return result
 
 
