@@ -545,22 +545,25 @@ class Replayer:
         traces = self._traces
         finished = self._finished
         window = self._window
+        read = self._read
         # Spans are counted per run of one resource: a line's spans usually share it.
         resource: Resource | None = None
         run = 0
         try:
             for span in spans:
-                if span.resource is not resource:
+                # The fields every ReadableSpan sets, read directly: each property is a call.
+                if span._resource is not resource:
                     if resource is not None:
                         report.count_spans(resource, run)
-                    resource, run = span.resource, 0
+                    resource, run = span._resource, 0
                 run += 1
-                self._read += 1
-                context = span.context
-                trace_id, span_id = (
-                    (0, None) if context is None else (context.trace_id, context.span_id)
-                )
-                start = span.start_time or 0
+                read += 1
+                context = span._context
+                if context is None:
+                    trace_id, span_id = 0, None
+                else:
+                    trace_id, span_id = context[0], context[1]
+                start = span._start_time or 0
                 trace = traces.get(trace_id)
                 if trace is None:
                     if len(traces) >= self._max_open:
@@ -574,17 +577,18 @@ class Replayer:
                     continue
                 if start < trace.start:
                     trace.start = start
-                parent = span.parent
+                parent = span._parent
                 buffered[key] = (
                     span,
                     span_id,
-                    None if parent is None else parent.span_id,
+                    None if parent is None else parent[1],
                     start,
-                    span.end_time or 0,
+                    span._end_time or 0,
                 )
                 if parent is None:
-                    finished.append((trace_id, self._read + window))
+                    finished.append((trace_id, read + window))
         finally:
+            self._read = read
             if resource is not None:
                 report.count_spans(resource, run)
         if finished and finished[0][1] <= self._read:
