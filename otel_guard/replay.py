@@ -473,7 +473,7 @@ class GuardPipeline:
         self.logger_provider.add_log_record_processor(
             SimpleLogRecordProcessor(TelemetryAudit(self.report))
         )
-        self.now = 0.0
+        self.now_ns = 0  # the replay's clock: span time, read by the guard in seconds
         self._host = host
         self.guard = GuardSpanProcessor(
             mode=mode,
@@ -484,7 +484,7 @@ class GuardPipeline:
         )
 
     def _clock(self) -> float:
-        return self.now
+        return self.now_ns / 1e9
 
     def _observe(self, evaluation: BatchEvaluation) -> None:
         self.report.observe(evaluation)
@@ -625,13 +625,12 @@ class Replayer:
         # on_start reads only what a ReadableSpan has: context, parent and attributes.
         on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
         on_end = pipeline.guard.on_end
-        spans = list(trace.spans.values())
-        for time_ns, is_end, _, index in _events(spans, trace.spans):
-            pipeline.now = time_ns / 1e9
+        for time_ns, is_end, _, _, span in _events(list(trace.spans.values()), trace.spans):
+            pipeline.now_ns = time_ns
             if is_end:
-                on_end(spans[index][0])
+                on_end(span)
             else:
-                on_start(spans[index][0])
+                on_start(span)
 
 
 _UNPLACED: Final = (0, -1)  # where a span without a context goes
@@ -639,13 +638,13 @@ _UNPLACED: Final = (0, -1)  # where a span without a context goes
 
 def _events(
     spans: Sequence[_Buffered], by_id: Mapping[int, _Buffered]
-) -> list[tuple[int, int, int, int]]:
+) -> list[tuple[int, int, int, int, ReadableSpan]]:
     """Start and end events of one trace, in the order a live process would have seen them.
 
     ``spans`` are the trace's spans in the order read, ``by_id`` the same by span ID. Each event
-    is ``(time, is_end, tie-break, index in spans)``; no two are equal, so a plain sort orders
-    them: by time, starts before ends, then parents start first and children end first, then
-    in the order read.
+    is ``(time, is_end, tie-break, index in spans, span)``; no two agree on the first four, so a
+    plain sort orders them (never comparing spans): by time, starts before ends, then parents
+    start first and children end first, then in the order read.
     """
     placed: dict[int, tuple[int, int]] = {}  # span ID -> (effective start, depth)
 
@@ -677,10 +676,10 @@ def _events(
                 placed[item[1]] = (start, depth)
         return start, depth
 
-    events: list[tuple[int, int, int, int]] = []
+    events: list[tuple[int, int, int, int, ReadableSpan]] = []
     append = events.append
     for index, span in enumerate(spans):
-        _, span_id, parent_id, start, end = span
+        record, span_id, parent_id, start, end = span
         # The common cases of place() without its walk: the span is placed already, or its
         # parent is (spans are read children first, so siblings find their parent placed).
         if span_id is None:
@@ -697,7 +696,7 @@ def _events(
                 else:
                     here = place(span)
             start, depth = here
-        append((start, 0, depth, index))
-        append((end if end > start else start, 1, -depth, index))
+        append((start, 0, depth, index, record))
+        append((end if end > start else start, 1, -depth, index, record))
     events.sort()
     return events
