@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import IO
 
-from otel_guard.demo import run_demo
 from otel_guard.otlp_json import MalformedInput, OtlpJsonReader
 from otel_guard.reducer import parse_mode
 from otel_guard.replay import Replayer
@@ -87,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _demo(mode: str, out_path: str | None) -> int:
+    # Imported here: the replay command does without the demo's sessions and producer.
+    from otel_guard.demo import run_demo
+
     if out_path is None:
         run_demo(mode, sys.stdout)
         return EXIT_OK
