@@ -286,7 +286,10 @@ class GuardReport:
         """Check one guard log record against the closed output vocabulary."""
         log = record.log_record
         ok = log.event_name in _EVENTS and log.body is None
-        for key, value in (log.attributes or {}).items():
+        attributes = log.attributes
+        # The SDK's attribute store iterates in Python, a call per entry: read its dictionary.
+        store = getattr(attributes, "_dict", None)
+        for key, value in (store if type(store) is dict else attributes or {}).items():
             if key not in _LOG_ALLOWED:
                 ok = False
             elif key in METRIC_ATTRIBUTE_VALUES:
