@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -350,18 +349,30 @@ class Replay:
     cpu_seconds: float  # the same run's CPU time (user + system)
     startup_seconds: float
     spans_per_second: float
-    peak_rss_mib: float  # the largest resident size of any replay run
+    peak_rss_mib: float | None  # the largest resident size of any replay run, where known
     decisions: dict[str, int]
 
 
+# The replay runs as `otel-guard replay` does, and reports its own peak resident size when it
+# exits. Read from the child itself: Linux carries a parent's high-water mark into a forked or
+# vforked child across exec, so RUSAGE_CHILDREN reports this (large) process's peak instead.
+_REPLAY_CHILD = """
+import sys
+from otel_guard.cli import main
+code = main(sys.argv[1:])
+try:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                print("peak-rss-kib", line.split()[1], file=sys.stderr)
+except OSError:
+    pass
+sys.exit(code)
+"""
+
+
 def _replay_command() -> list[str]:
-    script = Path(sys.executable).with_name("otel-guard")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("otel-guard")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "import sys; from otel_guard.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", _REPLAY_CHILD]
 
 
 def _pin_to_one_core() -> None:
@@ -374,8 +385,9 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _timed_replay(path: Path) -> tuple[float, float, dict[str, Any]]:
-    """Wall and CPU seconds of one ``otel-guard replay --format json`` run, and its report."""
+def _timed_replay(path: Path) -> tuple[float, float, float | None, dict[str, Any]]:
+    """Wall and CPU seconds of one ``otel-guard replay --format json`` run, its peak resident
+    size in MiB (``None`` where the system does not say), and its report."""
     command = [*_replay_command(), "replay", "--format", "json", str(path)]
     cpu = _children_cpu_seconds()
     start = time.perf_counter()
@@ -386,7 +398,11 @@ def _timed_replay(path: Path) -> tuple[float, float, dict[str, Any]]:
     cpu = _children_cpu_seconds() - cpu
     if done.returncode != 0:
         raise RuntimeError(f"replay failed ({done.returncode}): {done.stderr.strip()[:300]}")
-    return elapsed, cpu, json.loads(done.stdout)
+    peak = None
+    for line in done.stderr.splitlines():
+        if line.startswith("peak-rss-kib "):
+            peak = int(line.split()[1]) / 1024
+    return elapsed, cpu, peak, json.loads(done.stdout)
 
 
 def measure_replay(min_spans: int, repeats: int) -> Replay | None:
@@ -400,16 +416,18 @@ def measure_replay(min_spans: int, repeats: int) -> Replay | None:
         empty.write_text("", encoding="utf-8")
         startup = _median([_timed_replay(empty)[0] for _ in range(3)])
         runs: list[tuple[float, float]] = []
+        peaks: list[float] = []
         # Repeat only while the runs stay short: a slow replay must not stretch the whole run.
         while len(runs) < repeats and sum(r[0] for r in runs) < REPLAY_BUDGET_SECONDS:
-            elapsed, cpu, report = _timed_replay(path)
+            elapsed, cpu, run_peak, report = _timed_replay(path)
             if report.get("spans") != written:
                 raise RuntimeError(f"replay read {report.get('spans')} spans of {written}")
             runs.append((elapsed, cpu))
+            if run_peak is not None:
+                peaks.append(run_peak)
         seconds, cpu_seconds = sorted(runs)[(len(runs) - 1) // 2]
         decisions = {k: v for k, v in report["decisions"].items() if v}
-        # ru_maxrss of waited children: the largest of them, in KiB on Linux.
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        peak = max(peaks) if peaks else None
         return Replay(
             spans=written,
             file_bytes=path.stat().st_size,
@@ -452,13 +470,14 @@ def _report_replay(spans: int, repeats: int, figures: dict[str, Any]) -> None:
         print("   not available (this version has no otel_guard.replay)")
         figures["replay"] = None
         return
+    peak = "unknown" if replay.peak_rss_mib is None else f"{replay.peak_rss_mib:.0f} MiB"
     print(
         f"   {replay.spans:,} spans ({replay.file_bytes / 2**20:.0f} MiB OTLP/JSON) in "
         f"{replay.seconds:.2f} s ({replay.cpu_seconds:.2f} s CPU), including "
         f"{replay.startup_seconds:.2f} s start-up: {replay.spans_per_second:,.0f} spans/s "
         f"(target >= {TARGET_REPLAY_SPANS_PER_SECOND:,}: "
         f"{_verdict(replay.spans_per_second >= TARGET_REPLAY_SPANS_PER_SECOND)}); "
-        f"peak RSS {replay.peak_rss_mib:.0f} MiB"
+        f"peak RSS {peak}"
     )
     print(f"   decisions: {replay.decisions}")
     figures["replay"] = replay.__dict__
