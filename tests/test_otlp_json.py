@@ -81,6 +81,11 @@ def summary(span: ReadableSpan) -> tuple[Any, ...]:
     )
 
 
+def one_span_line(span: Any) -> str:
+    """One request line holding just ``span``, in one resource and one scope."""
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+
+
 def hex_ids(document: Any) -> Any:
     """Turn the protobuf JSON mapping's base64 IDs into OTLP/JSON hex IDs."""
     if isinstance(document, dict):
@@ -147,25 +152,13 @@ def test_exporter_writes_one_line_per_export(tmp_path: Path) -> None:
     ],
 )
 def test_any_values_become_span_attribute_values(value: dict[str, Any], expected: Any) -> None:
-    line = json.dumps(
+    line = one_span_line(
         {
-            "resourceSpans": [
-                {
-                    "scopeSpans": [
-                        {
-                            "spans": [
-                                {
-                                    "traceId": "1" * 32,
-                                    "spanId": "2" * 16,
-                                    "startTimeUnixNano": 1,
-                                    "endTimeUnixNano": 2,
-                                    "attributes": [{"key": "k", "value": value}],
-                                }
-                            ]
-                        }
-                    ]
-                }
-            ]
+            "traceId": "1" * 32,
+            "spanId": "2" * 16,
+            "startTimeUnixNano": 1,
+            "endTimeUnixNano": 2,
+            "attributes": [{"key": "k", "value": value}],
         }
     )
     (span,) = parse_request(line)
@@ -183,25 +176,13 @@ def test_any_values_become_span_attribute_values(value: dict[str, Any], expected
     ],
 )
 def test_values_a_span_attribute_cannot_hold_are_left_out(value: dict[str, Any]) -> None:
-    line = json.dumps(
+    line = one_span_line(
         {
-            "resourceSpans": [
-                {
-                    "scopeSpans": [
-                        {
-                            "spans": [
-                                {
-                                    "traceId": "1" * 32,
-                                    "spanId": "2" * 16,
-                                    "startTimeUnixNano": "1",
-                                    "endTimeUnixNano": "1",
-                                    "attributes": [{"key": "k", "value": value}],
-                                }
-                            ]
-                        }
-                    ]
-                }
-            ]
+            "traceId": "1" * 32,
+            "spanId": "2" * 16,
+            "startTimeUnixNano": "1",
+            "endTimeUnixNano": "1",
+            "attributes": [{"key": "k", "value": value}],
         }
     )
     (span,) = parse_request(line)
@@ -236,7 +217,7 @@ def test_wrong_shapes_are_described(span_fields: dict[str, Any], message: str) -
         "endTimeUnixNano": "6",
         **span_fields,
     }
-    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+    line = one_span_line(span)
     with pytest.raises(ValueError) as error:
         parse_request(line)
     assert str(error.value) == "resourceSpans[0].scopeSpans[0].spans[0]" + message
@@ -250,7 +231,7 @@ def test_an_empty_parent_id_means_a_root_span() -> None:
         "startTimeUnixNano": "5",
         "endTimeUnixNano": "6",
     }
-    (parsed,) = parse_request(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    (parsed,) = parse_request(one_span_line(span))
     assert parsed.parent is None
 
 
@@ -355,7 +336,7 @@ def test_numbers_too_long_to_convert_are_described(field: str, value: Any, messa
     span = {"traceId": "1" * 32, "spanId": "2" * 16, "startTimeUnixNano": 1, "endTimeUnixNano": 2}
     span[field] = value
     with pytest.raises(ValueError, match=message):
-        parse_request(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+        parse_request(one_span_line(span))
     with pytest.raises(ValueError, match=r"^invalid JSON \(a value out of range\)$"):
         parse_request('{"resourceSpans": [' + "9" * 5000 + "]}")
 
