@@ -180,12 +180,13 @@ def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
     return public if public is not None else _EMPTY
 
 
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _true(value: object) -> bool:
-    return value is True
+def _opted_out(attributes: Mapping[str, Any]) -> bool:
+    """A prompt or batch span marks its prompt as not guarded: a route other than the
+    interactive one, or a channel prompt."""
+    route = attributes.get(attr.PROMPT_ROUTE)
+    return (isinstance(route, str) and route != attr.ROUTE_INTERACTIVE) or attributes.get(
+        attr.PROMPT_CHANNEL
+    ) is True
 
 
 class GuardSpanProcessor(SpanProcessor):
@@ -357,10 +358,7 @@ class GuardSpanProcessor(SpanProcessor):
     # -- span handling (hot path ends above) ---------------------------------------------------
 
     def _start_prompt(self, span: Span, prompt_id: str, attributes: Mapping[str, Any]) -> None:
-        route = _str(attributes.get(attr.PROMPT_ROUTE))
-        guarded = (route is None or route == attr.ROUTE_INTERACTIVE) and not _true(
-            attributes.get(attr.PROMPT_CHANNEL)
-        )
+        guarded = not _opted_out(attributes)
         out: list[_Emission] = []
         with self._lock:
             now = self._clock()
@@ -517,10 +515,7 @@ class GuardSpanProcessor(SpanProcessor):
         else:
             prompt.last_seen = now
             self._prompts.move_to_end(prompt_id)
-        route = attributes.get(attr.PROMPT_ROUTE)
-        if (isinstance(route, str) and route != attr.ROUTE_INTERACTIVE) or attributes.get(
-            attr.PROMPT_CHANNEL
-        ) is True:
+        if _opted_out(attributes):
             prompt.guarded = False  # a marker on any batch opts the whole prompt out
         if not prompt.guarded:
             return None
