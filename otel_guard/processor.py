@@ -141,7 +141,7 @@ class _PromptSpan:
 
 
 class _OpenBatch:
-    __slots__ = ("calls", "closed", "overflow", "prompt_id")
+    __slots__ = ("calls", "overflow", "prompt_id")
 
     def __init__(self, prompt_id: str) -> None:
         self.prompt_id = prompt_id
@@ -149,7 +149,6 @@ class _OpenBatch:
         # once, when the batch ends, in call start order.
         self.calls: list[tuple[int, int, ReadableSpan]] = []
         self.overflow = False
-        self.closed = False
 
 
 _Tracked = _PromptSpan | _OpenBatch
@@ -386,7 +385,6 @@ class GuardSpanProcessor(SpanProcessor):
         while len(tracked) > self._max_tracked:
             _, oldest = tracked.popitem(last=False)
             if type(oldest) is _OpenBatch:
-                oldest.closed = True
                 out.append(("diagnostic", "evicted", oldest.prompt_id, None))
 
     def _end_tracked(self, span: ReadableSpan, context: SpanContext) -> None:
@@ -419,25 +417,24 @@ class GuardSpanProcessor(SpanProcessor):
             start_time = span.start_time
         if parent is None:
             return
-        batch = self._tracked.get(parent[_SPAN_ID])
-        if type(batch) is not _OpenBatch:
-            prompt_id = self._ended_batches.get(parent[_SPAN_ID])
-            if prompt_id is not None:
-                self._flush([("diagnostic", "late_span", prompt_id, span.context)])
-            return  # an orphan: not under a batch span, not an observation
-        diagnostic: Diagnostic | None = None
+        # The batch is looked up under the lock that also ends batches, so a call and its batch
+        # span ending at once resolve one way or the other: the call is kept, or it is late.
         with self._lock:
-            calls = batch.calls
-            if batch.closed:
-                diagnostic = "late_span"  # its batch span ended while this call was settling
-            elif len(calls) < self._max_calls:
-                calls.append((start_time or 0, len(calls), span))
+            batch = self._tracked.get(parent[_SPAN_ID])
+            if type(batch) is not _OpenBatch:
+                prompt_id = self._ended_batches.get(parent[_SPAN_ID])
+                if prompt_id is None:
+                    return  # an orphan: not under a batch span, not an observation
+                diagnostic: Diagnostic = "late_span"
+            elif len(batch.calls) < self._max_calls:
+                batch.calls.append((start_time or 0, len(batch.calls), span))
                 return
-            elif not batch.overflow:
+            elif batch.overflow:
+                return
+            else:
                 batch.overflow = True
-                diagnostic = "batch_overflow"
-        if diagnostic is not None:
-            self._flush([("diagnostic", diagnostic, batch.prompt_id, span.context)])
+                prompt_id, diagnostic = batch.prompt_id, "batch_overflow"
+        self._flush([("diagnostic", diagnostic, prompt_id, span.context)])
 
     def _observations(
         self, batch: _OpenBatch, out: list[_Emission]
@@ -495,7 +492,6 @@ class GuardSpanProcessor(SpanProcessor):
     def _end_batch(
         self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
     ) -> tuple[Transition | None, BatchEvaluation | None] | None:
-        batch.closed = True
         ended = self._ended_batches
         ended[context[_SPAN_ID]] = batch.prompt_id
         if len(ended) > _ENDED_BATCHES:
