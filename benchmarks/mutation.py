@@ -120,13 +120,13 @@ def prepare(name: str, target: Target) -> Path:
     return work
 
 
-def run(work: Path, budget: float, jobs: int) -> tuple[float, bool]:
+def run(work: Path, budget: float, jobs: int, mutants: list[str]) -> tuple[float, bool]:
     """Run the tool niced in ``work`` for at most ``budget`` seconds; (seconds, finished)."""
     log = (work / "run.log").open("w", encoding="utf-8")
     command = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children"]
     started = time.monotonic()
     process = subprocess.Popen(
-        [*command, str(jobs)],
+        [*command, str(jobs), *mutants],
         cwd=work,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, help="seconds; the module's default otherwise")
     parser.add_argument("--jobs", type=int, default=1, help="parallel workers (default 1)")
     parser.add_argument("--show", action="store_true", help="print each survivor's diff")
+    parser.add_argument("--mutants", nargs="+", default=[], help="retest only these mutants")
     parser.add_argument("--report-only", action="store_true", help="summarise the last run")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results first")
     args = parser.parse_args(argv)
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     work = prepare(args.module, target)
     if not args.report_only:
         budget = args.budget if args.budget is not None else target.budget_seconds
-        seconds, finished = run(work, budget, args.jobs)
+        seconds, finished = run(work, budget, args.jobs, args.mutants)
         state = "finished" if finished else "stopped (budget spent or the tool failed)"
         print(f"run {state} after {seconds:.0f} s; log: {work / 'run.log'}")
     equivalents = (

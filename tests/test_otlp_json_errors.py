@@ -1,0 +1,145 @@
+"""How the OTLP/JSON reader reports unreadable files and lines: one message naming the exact
+file and line, and every line before it still read."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from otel_guard.otlp_json import MalformedInput, OtlpJsonReader, encode_request, parse_request
+
+
+def request_line(name: str) -> str:
+    """One OTLP/JSON request line holding a single span named ``name``."""
+    span = {
+        "traceId": "0af7651916cd43dd8448eb211c80319c",
+        "spanId": "b7ad6b7169203331",
+        "name": name,
+        "kind": 1,
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "2",
+    }
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+
+
+def read_all(path: Path) -> tuple[list[tuple[int, str]], MalformedInput | None]:
+    """The (line, span name) pairs read before the first error, and that error."""
+    read: list[tuple[int, str]] = []
+    try:
+        for item in OtlpJsonReader([str(path)]):
+            read.extend((item.line, span.name) for span in item.spans)
+    except MalformedInput as error:
+        return read, error
+    return read, None
+
+
+def gzip_cut_inside_line(lines: list[str], cut_line: int) -> bytes:
+    """Gzip ``lines``, then cut the data in the middle of line ``cut_line`` (1-based).
+
+    Each line is flushed as its own deflate block, so every line before the cut decompresses in
+    full and the cut line loses its second half, newline included.
+    """
+    buffer = io.BytesIO()
+    ends = []
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as stream:
+        for line in lines:
+            stream.write(f"{line}\n".encode())
+            stream.flush()
+            ends.append(buffer.tell())
+    start = ends[cut_line - 2] if cut_line > 1 else 10  # 10: the gzip header
+    return buffer.getvalue()[: start + (ends[cut_line - 1] - start) // 2]
+
+
+def padded(name: str) -> str:
+    # A long, barely compressible name makes the cut land well inside the line's data.
+    return request_line(name + os.urandom(600).hex())
+
+
+@pytest.mark.parametrize("cut_line", [1, 2, 4])
+def test_truncated_gzip_file_names_the_line_cut_short(tmp_path: Path, cut_line: int) -> None:
+    lines = [padded(f"span-{i}") for i in range(1, 6)]
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip_cut_inside_line(lines, cut_line))
+    read, error = read_all(path)
+    assert [line for line, _ in read] == list(range(1, cut_line))
+    assert error is not None
+    assert error.line == cut_line
+    assert str(error) == f"{path}:{cut_line}: compressed data ends early (truncated gzip file)"
+
+
+def test_truncated_gzip_line_numbers_count_blank_lines(tmp_path: Path) -> None:
+    lines = [padded("a"), "", "", padded("b")]
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip_cut_inside_line(lines, 4))
+    read, error = read_all(path)
+    assert [line for line, _ in read] == [1]
+    assert error is not None and error.line == 4
+
+
+def test_corrupt_gzip_data_names_the_line_it_broke_on(tmp_path: Path) -> None:
+    lines = [request_line("first"), request_line("second")]
+    data = bytearray(gzip.compress("\n".join(lines).encode() + b"\n", mtime=0))
+    data[-8:-4] = bytes(b ^ 0xFF for b in data[-8:-4])  # the trailer's checksum
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(bytes(data))
+    read, error = read_all(path)
+    assert error is not None
+    assert str(error) == f"{path}:{len(read) + 1}: corrupt gzip data"
+
+
+def test_missing_file_is_named_without_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "absent.jsonl"
+    read, error = read_all(path)
+    assert read == []
+    assert error is not None and error.line is None
+    assert str(error) == f"{path}: cannot read (No such file or directory)"
+
+
+def test_directory_is_an_unreadable_file(tmp_path: Path) -> None:
+    read, error = read_all(tmp_path)
+    assert read == []
+    assert error is not None
+    assert str(error).startswith(f"{tmp_path}: cannot read (")
+
+
+def test_malformed_line_is_numbered_after_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(f"{request_line('a')}\n\n\r\n{{not json\n{request_line('b')}\n")
+    read, error = read_all(path)
+    assert read == [(1, "a")]
+    assert error is not None and error.line == 4
+    assert str(error).startswith(f"{path}:4: ")
+
+
+def test_crlf_line_ends_read_like_lf(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(f"{request_line('a')}\r\n{request_line('b')}\r\n".encode())
+    read, error = read_all(path)
+    assert error is None
+    assert read == [(1, "a"), (2, "b")]
+
+
+def test_bytes_read_reaches_the_total_only_at_the_end(tmp_path: Path) -> None:
+    first, second = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
+    first.write_text(f"{request_line('a')}\n{request_line('b')}\n")
+    second.write_text(f"{request_line('c')}\n")
+    reader = OtlpJsonReader([str(first), str(second)])
+    total = first.stat().st_size + second.stat().st_size
+    assert (reader.bytes_read, reader.total_bytes) == (0, total)
+    progress = [reader.bytes_read for _ in reader]
+    line_size = len(request_line("a")) + 1
+    assert progress == [line_size, 2 * line_size, total]
+    assert reader.bytes_read == total
+
+
+def test_a_written_request_reads_back(tmp_path: Path) -> None:
+    (span,) = parse_request(request_line("x"))
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps(encode_request([span])) + "\n")
+    read, error = read_all(path)
+    assert (read, error) == ([(1, "x")], None)
