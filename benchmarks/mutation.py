@@ -59,12 +59,18 @@ TARGETS: dict[str, Target] = {
             "tests/test_processor.py",
             "tests/test_processor_robustness.py",
             "tests/test_batch_assembly.py",
+            "tests/test_processor_boundaries.py",
         ),
         1800,
     ),
     "telemetry": Target(
         ("otel_guard/telemetry.py",),
-        ("tests/test_processor.py", "tests/test_cardinality.py", "tests/test_telemetry.py"),
+        (
+            "tests/test_telemetry.py",
+            "tests/test_processor.py",
+            "tests/test_processor_robustness.py",
+            "tests/test_cardinality.py",
+        ),
         1200,
     ),
     "redaction": Target(

@@ -172,9 +172,7 @@ def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
     store = getattr(span, "_attributes", None)
     if type(store) is dict:  # spans built from recorded data (replay) hold a plain dict
         return store
-    inner = getattr(store, "_dict", None)
-    if isinstance(inner, dict):
-        return inner
+    # The SDK's own store is read directly by the callers; whatever reaches here has another.
     public = span.attributes
     return public if public is not None else _EMPTY
 
@@ -241,7 +239,6 @@ class GuardSpanProcessor(SpanProcessor):
         self._prompts: OrderedDict[str, _Prompt] = OrderedDict()
         self._tracked: OrderedDict[int, _Tracked] = OrderedDict()
         self._ended_batches: OrderedDict[int, str] = OrderedDict()
-        self._seq = 0
         self._diagnostic_counts: Counter[str] = Counter()
         self._shutdown = False
         self._inert = self._mode == "off"
