@@ -1,4 +1,4 @@
-"""RedactingSpanExporter: what an exported copy keeps and what it loses (SPEC section 6)."""
+"""RedactingSpanExporter: what an exported copy keeps and loses (docs/contract.md section 6)."""
 
 from __future__ import annotations
 
