@@ -167,15 +167,26 @@ def otlp_endpoint() -> Iterator[str]:
         thread.join()
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def _missing_modules(code: str) -> list[str]:
-    """Top-level modules the example imports that are not installed (optional extras)."""
+    """Modules the example imports that are not installed (optional extras).
+
+    The package's own modules never count as missing: an example importing one that does not
+    exist must fail, not skip.
+    """
     names: set[str] = set()
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return sorted(n for n in names if n != "otel_guard" and importlib.util.find_spec(n) is None)
+            names.add(node.module)
+    return sorted(n for n in names if n.split(".")[0] != "otel_guard" and not _installed(n))
 
 
 EXAMPLES = _python_examples()
