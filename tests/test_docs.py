@@ -300,6 +300,43 @@ def test_every_flag_named_alone_belongs_to_a_subcommand() -> None:
     assert not [f"{where}: `{flag}`" for where, flag in named if flag not in every]
 
 
+def _runnable_commands() -> list[tuple[str, list[str]]]:
+    """Shell-block ``otel-guard`` commands whose every file argument is in the repository."""
+    commands: list[tuple[str, list[str]]] = []
+    for document in documents():
+        for block in document.blocks:
+            if block.lang != "sh":
+                continue
+            for line in block.code.splitlines():
+                words = re.split(r"\s(?:>|#|\|)", line + " ")[0].split()
+                if words[:1] != ["otel-guard"]:
+                    continue
+                files = [w for w in words[2:] if not w.startswith("-") and "/" in w]
+                if files and all((ROOT / f).is_file() for f in files):
+                    commands.append((block.where, words[1:]))
+    return commands
+
+
+COMMANDS = _runnable_commands()
+
+
+@pytest.mark.parametrize(
+    ("where", "args"), COMMANDS, ids=[f"{w} {' '.join(a)}" for w, a in COMMANDS]
+)
+def test_documented_command_on_files_of_the_repository_succeeds(
+    where: str, args: list[str]
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "otel_guard", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"{where}: otel-guard {' '.join(args)}\n{result.stderr}"
+    assert result.stdout
+
+
 # --- telemetry names -----------------------------------------------------------------------
 
 
