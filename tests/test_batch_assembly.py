@@ -1,5 +1,5 @@
 """Batch assembly and the decision path of GuardSpanProcessor: completeness, late frames, and
-which observation a transition describes (SPEC sections 3 and 5)."""
+which observation a transition describes (docs/contract.md sections 3 and 5)."""
 
 from __future__ import annotations
 

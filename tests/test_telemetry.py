@@ -1,5 +1,5 @@
 """GuardTelemetry on its own: instrument identity, log severities, and failing providers counted
-rather than raised (SPEC section 5)."""
+rather than raised (docs/contract.md section 5)."""
 
 from __future__ import annotations
 
