@@ -217,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, help="seconds; the module's default otherwise")
     parser.add_argument("--jobs", type=int, default=1, help="parallel workers (default 1)")
     parser.add_argument("--show", action="store_true", help="print each survivor's diff")
+    parser.add_argument(
+        "--show-equivalent",
+        action="store_true",
+        help="print each listed equivalent mutant's diff and reason, as Markdown",
+    )
     parser.add_argument("--mutants", nargs="+", default=[], help="retest only these mutants")
     parser.add_argument("--report-only", action="store_true", help="summarise the last run")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results first")
@@ -234,7 +239,17 @@ def main(argv: list[str] | None = None) -> int:
     equivalents = (
         json.loads(EQUIVALENTS.read_text(encoding="utf-8")) if EQUIVALENTS.exists() else {}
     )
-    survivors = summarise(args.module, statuses(work), equivalents.get(args.module, {}))
+    equivalent = equivalents.get(args.module, {})
+    survivors = summarise(args.module, statuses(work), equivalent)
+    if args.show_equivalent:
+        for mutant, reason in sorted(equivalent.items()):
+            diff = [
+                line
+                for line in show(work, mutant).splitlines()
+                if line[:1] in "+-" and not line.startswith(("+++", "---"))
+            ]
+            print(f"\n`{mutant}`: {reason}\n\n```diff")
+            print("\n".join(diff) + "\n```")
     if args.show:
         for mutant in survivors:
             print(show(work, mutant))

@@ -7,9 +7,10 @@ import logging
 from typing import Any
 
 import pytest
-from harness import FAIL, OK, Harness
+from harness import FAIL, OK, Call, Harness
 from opentelemetry._logs import NoOpLogger, NoOpLoggerProvider
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import set_span_in_context
 
 from otel_guard import BatchEvaluation, GuardSpanProcessor
 
@@ -159,6 +160,17 @@ def live_run() -> tuple[list[ReadableSpan], list[tuple[Any, ...]]]:
         h.batch("p", calls, parent=prompt)
     late = h.batch("p", [FAIL] * 3, parent=prompt, leave_open=1)
     late[0].end()
+    # Calls that end in the reverse of their start order.
+    batch_span = h.tracer.start_span(
+        "tool_batch", context=set_span_in_context(prompt), attributes={"acp.prompt.id": "p"}
+    )
+    context = set_span_in_context(batch_span)
+    first = h.tool_span(Call(error_type="timeout"), context)
+    second = h.tool_span(FAIL, context)
+    second.end()
+    first.end()
+    batch_span.set_attributes({"acp.batch.admitted": 2, "acp.input.reliable": True})
+    batch_span.end()
     prompt.end()
     return list(h.span_exporter.get_finished_spans()), [summary(e) for e in seen]
 
@@ -182,13 +194,45 @@ def replay(spans: list[Any]) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
 
 def test_spans_built_from_recorded_data_are_evaluated_as_live_ones() -> None:
     spans, expected = live_run()
-    assert [e[2] for e in expected] == ["tracked", "would_warn", "reset", "tracked", "reset"]
+    assert [e[2] for e in expected] == [
+        "tracked",
+        "would_warn",
+        "reset",
+        "tracked",
+        "reset",
+        None,  # two keys from idle: mixed, nothing to reset
+    ]
+    assert [o.execution_error_type for o in expected[-1][0].observations] == [
+        "timeout",
+        "exit_nonzero",
+    ]
     assert replay([recorded(s) for s in spans]) == (expected, {"late_span": 1})
 
 
 def test_spans_offering_only_the_public_span_interface_are_evaluated_as_live_ones() -> None:
     spans, expected = live_run()
     assert replay([PublicOnlySpan(s) for s in spans]) == (expected, {"late_span": 1})
+
+
+def test_a_call_without_a_start_time_counts_as_started_at_time_zero() -> None:
+    spans, _ = live_run()
+    batch = next(s for s in spans if s.name == "tool_batch")
+    calls = [s for s in spans if s.parent and s.parent.span_id == batch.context.span_id]
+    stamped, unstamped = recorded(calls[0]), recorded(calls[1])
+    stamped._start_time = 1  # recorded data with odd clocks: one call at time 1,
+    unstamped._start_time = None  # the other without a start time
+    seen: list[BatchEvaluation] = []
+    guard = GuardSpanProcessor(mode="shadow", listener=seen.append)
+    guard.on_start(recorded(batch))  # type: ignore[arg-type]
+    guard.on_end(stamped)
+    guard.on_end(unstamped)
+    guard.on_end(recorded(batch))
+    (evaluation,) = seen
+    ids = [o.call_id for o in evaluation.batch.observations]
+    assert ids == [
+        unstamped.attributes["gen_ai.tool.call.id"],  # type: ignore[index]
+        stamped.attributes["gen_ai.tool.call.id"],  # type: ignore[index]
+    ]
 
 
 def test_spans_without_attributes_or_context_are_ignored_quietly() -> None:
