@@ -75,7 +75,7 @@ TARGETS: dict[str, Target] = {
     ),
     "redaction": Target(
         ("otel_guard/redaction.py", "otel_guard/sensitive.py"),
-        ("tests/test_redaction.py", "tests/test_privacy.py"),
+        ("tests/test_redaction.py", "tests/test_redaction_edges.py", "tests/test_privacy.py"),
         1200,
     ),
     "readers": Target(
