@@ -100,3 +100,33 @@ def test_failures_are_logged_by_count_and_type_never_by_content(
         "otel_guard: span export failed (ConnectionError)",
     ]
     assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize(("value", "replaced"), [("abc", True), ("ab", False), ("abcd", True)])
+def test_removed_values_from_the_minimum_length_up_are_searched_in_the_name(
+    value: str, replaced: bool
+) -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span(f"run {value}") as span:
+        span.set_attribute("user.id", value)
+    (exported,) = out.get_finished_spans()
+    assert exported.name == (REDACTED_SPAN_NAME if replaced else f"run {value}")
+
+
+def test_a_removed_attribute_holding_numbers_does_not_stop_the_export() -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("work") as span:
+        span.set_attribute("user.id", [7, 8])
+        span.set_attribute("k", "v")
+    (exported,) = out.get_finished_spans()
+    assert (exported.name, dict(exported.attributes or {})) == ("work", {"k": "v"})
+
+
+def test_exported_event_attributes_are_read_only() -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("work") as span:
+        span.add_event("e", {"k": "v"})
+    (exported,) = out.get_finished_spans()
+    (event,) = exported.events
+    with pytest.raises(TypeError):
+        event.attributes["k"] = "changed"  # type: ignore[index]
