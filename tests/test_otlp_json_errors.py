@@ -98,6 +98,7 @@ def test_missing_file_is_named_without_a_line(tmp_path: Path) -> None:
     assert read == []
     assert error is not None and error.line is None
     assert str(error) == f"{path}: cannot read (No such file or directory)"
+    assert OtlpJsonReader([str(path)]).total_bytes == 0
 
 
 def test_directory_is_an_unreadable_file(tmp_path: Path) -> None:
@@ -113,7 +114,18 @@ def test_malformed_line_is_numbered_after_blank_lines(tmp_path: Path) -> None:
     read, error = read_all(path)
     assert read == [(1, "a")]
     assert error is not None and error.line == 4
-    assert str(error).startswith(f"{path}:4: ")
+    assert str(error) == (
+        f"{path}:4: invalid JSON (Expecting property name enclosed in double quotes at column 2)"
+    )
+
+
+def test_characters_after_the_request_make_the_line_malformed(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(f"{request_line('a')}XX\n")
+    read, error = read_all(path)
+    assert read == []
+    assert error is not None and error.line == 1
+    assert str(error).startswith(f"{path}:1: invalid JSON (Extra data at column ")
 
 
 def test_crlf_line_ends_read_like_lf(tmp_path: Path) -> None:
@@ -143,3 +155,34 @@ def test_a_written_request_reads_back(tmp_path: Path) -> None:
     path.write_text(json.dumps(encode_request([span])) + "\n")
     read, error = read_all(path)
     assert (read, error) == ([(1, "x")], None)
+
+
+def test_resource_and_scope_keep_their_schema_urls_and_version(tmp_path: Path) -> None:
+    request = json.loads(request_line("a"))
+    (resource_spans,) = request["resourceSpans"]
+    resource_spans["resource"] = {"attributes": []}
+    resource_spans["schemaUrl"] = "https://opentelemetry.io/schemas/1.26.0"
+    (scope_spans,) = resource_spans["scopeSpans"]
+    scope_spans["scope"] = {"name": "agent", "version": "1.2.3"}
+    scope_spans["schemaUrl"] = "https://opentelemetry.io/schemas/1.25.0"
+    path = tmp_path / "trace.jsonl"
+    other = json.loads(json.dumps(request))
+    other["resourceSpans"][0]["schemaUrl"] = ""
+    other["resourceSpans"][0]["scopeSpans"][0]["scope"]["version"] = "2.0"
+    path.write_text("\n".join(json.dumps(r) for r in (request, request, other)) + "\n")
+    spans = [span for item in OtlpJsonReader([str(path)]) for span in item.spans]
+    last = spans.pop()
+    assert last.resource.schema_url == ""
+    assert last.instrumentation_scope is not None
+    assert last.instrumentation_scope.version == "2.0"
+    for span in spans:
+        assert span.resource.schema_url == "https://opentelemetry.io/schemas/1.26.0"
+        scope = span.instrumentation_scope
+        assert scope is not None
+        assert (scope.name, scope.version, scope.schema_url) == (
+            "agent",
+            "1.2.3",
+            "https://opentelemetry.io/schemas/1.25.0",
+        )
+    assert spans[0].resource is spans[1].resource  # shared between lines
+    assert spans[0].instrumentation_scope is spans[1].instrumentation_scope
