@@ -186,3 +186,72 @@ def test_resource_and_scope_keep_their_schema_urls_and_version(tmp_path: Path) -
         )
     assert spans[0].resource is spans[1].resource  # shared between lines
     assert spans[0].instrumentation_scope is spans[1].instrumentation_scope
+
+
+def _request(**block: object) -> str:
+    """A one-span request whose resource-spans block has ``block``'s fields replaced."""
+    request = json.loads(request_line("a"))
+    request["resourceSpans"][0].update(block)
+    return json.dumps(request)
+
+
+def _scope_request(**scope_block: object) -> str:
+    request = json.loads(request_line("a"))
+    request["resourceSpans"][0]["scopeSpans"][0].update(scope_block)
+    return json.dumps(request)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "invalid JSON (nested too deeply)"),
+        ("[]", "request: expected an object"),
+        ('{"resource": {}}', "not a trace export request (no resourceSpans)"),
+        ('{"resourceSpans": {}}', "resourceSpans: expected an array"),
+        ('{"resourceSpans": [1]}', "resourceSpans[0]: expected an object"),
+        (_request(resource=[]), "resourceSpans[0].resource: expected an object"),
+        (
+            _request(resource={"attributes": {}}),
+            "resourceSpans[0].resource.attributes: expected an array",
+        ),
+        (_request(schemaUrl=1), "resourceSpans[0].schemaUrl: expected a string"),
+        (_request(scopeSpans={}), "resourceSpans[0].scopeSpans: expected an array"),
+        (_request(scopeSpans=[[]]), "resourceSpans[0].scopeSpans[0]: expected an object"),
+        (_scope_request(scope=[]), "resourceSpans[0].scopeSpans[0].scope: expected an object"),
+        (
+            _scope_request(scope={"name": 1}),
+            "resourceSpans[0].scopeSpans[0].scope.name: expected a string",
+        ),
+        (
+            _scope_request(scope={"version": 1}),
+            "resourceSpans[0].scopeSpans[0].scope.version: expected a string",
+        ),
+        (
+            _scope_request(schemaUrl=False),
+            "resourceSpans[0].scopeSpans[0].schemaUrl: expected a string",
+        ),
+        (_scope_request(spans={}), "resourceSpans[0].scopeSpans[0].spans: expected an array"),
+    ],
+)
+def test_request_shape_errors_name_the_path_and_what_was_expected(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(line + "\n")
+    read, error = read_all(path)
+    assert read == []
+    assert str(error) == f"{path}:1: {message}"
+    with pytest.raises(ValueError) as described:
+        parse_request(line)
+    assert str(described.value) == message
+
+
+def test_missing_optional_blocks_read_as_empty() -> None:
+    (span,) = parse_request(_request(resource={}))
+    assert dict(span.resource.attributes) == {}
+    assert span.resource.schema_url == ""
+    scope = span.instrumentation_scope
+    assert scope is not None
+    assert (scope.name, scope.version, scope.schema_url) == ("", None, "")
+    assert parse_request('{"resourceSpans": [{}]}') == []
+    assert parse_request(_request(scopeSpans=[{}])) == []
