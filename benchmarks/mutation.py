@@ -31,6 +31,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,7 +192,7 @@ def summarise(name: str, found: dict[str, str], equivalent: dict[str, str]) -> l
     checked = counts["killed"] + counts["survived"]
     relevant = checked - len(known)
     score = 100.0 * counts["killed"] / relevant if relevant else 100.0
-    print(f"module: {name}")
+    print(f"module: {name} (mutmut {metadata.version('mutmut')})")
     print(f"  generated:        {len(found)}")
     print(f"  killed:           {counts['killed']}")
     print(f"  survived:         {counts['survived']} ({len(known)} equivalent)")
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--show-equivalent",
         action="store_true",
-        help="print each listed equivalent mutant's diff and reason, as Markdown",
+        help="print the listed equivalent mutants, their diffs and reasons, as a Markdown table",
     )
     parser.add_argument("--mutants", nargs="+", default=[], help="retest only these mutants")
     parser.add_argument("--report-only", action="store_true", help="summarise the last run")
@@ -242,14 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     equivalent = equivalents.get(args.module, {})
     survivors = summarise(args.module, statuses(work), equivalent)
     if args.show_equivalent:
+        print("\n| mutant | change | why it is equivalent |\n|---|---|---|")
         for mutant, reason in sorted(equivalent.items()):
             diff = [
                 line
                 for line in show(work, mutant).splitlines()
                 if line[:1] in "+-" and not line.startswith(("+++", "---"))
             ]
-            print(f"\n`{mutant}`: {reason}\n\n```diff")
-            print("\n".join(diff) + "\n```")
+            change = "<br>".join(f"`{line.strip()}`".replace("|", "\\|") for line in diff)
+            print(f"| `{mutant.rpartition('.')[2]}` | {change} | {reason} |")
     if args.show:
         for mutant in survivors:
             print(show(work, mutant))

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from opentelemetry.trace import SpanKind, StatusCode
 
 from otel_guard.otlp_json import MalformedInput, OtlpJsonReader, encode_request, parse_request
 
@@ -255,3 +256,60 @@ def test_missing_optional_blocks_read_as_empty() -> None:
     assert (scope.name, scope.version, scope.schema_url) == ("", None, "")
     assert parse_request('{"resourceSpans": [{}]}') == []
     assert parse_request(_request(scopeSpans=[{}])) == []
+
+
+SPAN_PATH = "resourceSpans[0].scopeSpans[0].spans[0]"
+
+
+def _span_line(**fields: object) -> str:
+    span = {"traceId": "1" * 32, "spanId": "2" * 16, "startTimeUnixNano": "5"}
+    span["endTimeUnixNano"] = "6"
+    span.update(fields)  # type: ignore[arg-type]
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+
+
+UNSIGNED = "expected an unsigned integer (number or decimal string)"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"traceId": "x"}, ".traceId: expected 32 hex digits"),
+        ({"traceId": "0" * 32}, ".traceId: an all-zero ID is invalid"),
+        ({"spanId": "x"}, ".spanId: expected 16 hex digits"),
+        ({"spanId": "0" * 16}, ".spanId: an all-zero ID is invalid"),
+        ({"endTimeUnixNano": "x"}, f".endTimeUnixNano: {UNSIGNED}"),
+        ({"endTimeUnixNano": "1" * 21}, f".endTimeUnixNano: {UNSIGNED}"),
+        ({"kind": "1"}, ".kind: expected an integer"),
+        ({"flags": "x"}, f".flags: {UNSIGNED}"),
+        ({"status": []}, ".status: expected an object"),
+        ({"status": {"code": "1"}}, ".status.code: expected an integer"),
+        ({"status": {"message": 1}}, ".status.message: expected a string"),
+        ({"links": {}}, ".links: expected an array"),
+        ({"name": 1}, ".name: expected a string"),
+        (
+            {"attributes": [{"key": "k", "value": {"stringValue": "a", "intValue": "1"}}]},
+            ".attributes[0].value: expected exactly one value field",
+        ),
+        (
+            {"attributes": [{"key": "k", "value": {"stringValue": 1}}]},
+            ".attributes[0].value.stringValue: expected a string",
+        ),
+    ],
+)
+def test_span_shape_errors_name_the_field_and_what_was_expected(
+    fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError) as error:
+        parse_request(_span_line(**fields))
+    assert str(error.value) == SPAN_PATH + message
+
+
+def test_span_defaults_when_optional_fields_are_missing() -> None:
+    (span,) = parse_request(_span_line(status={"message": "ignored without an error code"}))
+    assert span.status.status_code is StatusCode.UNSET
+    assert span.status.description is None
+    assert span.kind is SpanKind.INTERNAL
+    assert span.name == ""
+    (zero_parent,) = parse_request(_span_line(parentSpanId="0" * 16))
+    assert zero_parent.parent is None
