@@ -81,7 +81,11 @@ TARGETS: dict[str, Target] = {
     ),
     "readers": Target(
         ("otel_guard/otlp_json.py",),
-        ("tests/test_otlp_json.py", "tests/test_otlp_json_errors.py"),
+        (
+            "tests/test_otlp_json.py",
+            "tests/test_otlp_json_errors.py",
+            "tests/test_otlp_json_writer.py",
+        ),
         1200,
     ),
 }
