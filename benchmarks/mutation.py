@@ -86,7 +86,7 @@ TARGETS: dict[str, Target] = {
             "tests/test_otlp_json_errors.py",
             "tests/test_otlp_json_writer.py",
         ),
-        1200,
+        2400,
     ),
 }
 

@@ -642,11 +642,13 @@ class OtlpJsonReader:
             raise MalformedInput(path, None, f"cannot read ({error.strerror or error})") from None
         with raw:
             stream: Iterable[bytes] = raw
-            if raw.read(2) == _GZIP_MAGIC:
+            try:
+                magic = raw.read(2)
                 raw.seek(0)
+            except OSError as error:  # e.g. an I/O error on the first read
+                raise MalformedInput(path, None, _read_error(error)) from None
+            if magic == _GZIP_MAGIC:
                 stream = gzip.GzipFile(fileobj=raw, mode="rb")
-            else:
-                raw.seek(0)
             number = 0
             lines = iter(stream)
             while True:

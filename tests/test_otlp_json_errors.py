@@ -313,3 +313,12 @@ def test_span_defaults_when_optional_fields_are_missing() -> None:
     assert span.name == ""
     (zero_parent,) = parse_request(_span_line(parentSpanId="0" * 16))
     assert zero_parent.parent is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs a file that fails to read")
+def test_a_file_failing_on_its_first_read_is_named_with_the_error() -> None:
+    # Reading the process's own memory file from offset 0 fails with an I/O error.
+    read, error = read_all(Path("/proc/self/mem"))
+    assert read == []
+    assert error is not None and error.line is None
+    assert str(error) == "/proc/self/mem: cannot read (Input/output error)"
