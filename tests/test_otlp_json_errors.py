@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
 from pathlib import Path
 
@@ -322,3 +323,76 @@ def test_a_file_failing_on_its_first_read_is_named_with_the_error() -> None:
     assert read == []
     assert error is not None and error.line is None
     assert str(error) == "/proc/self/mem: cannot read (Input/output error)"
+
+
+def _attribute(value: dict[str, object], *, full_reader: bool) -> object:
+    """The attribute read from a one-attribute span; a decimal-string ``flags`` is read only by
+    the full reader, so it forces that path."""
+    extra: dict[str, object] = {"flags": "1"} if full_reader else {}
+    (span,) = parse_request(_span_line(attributes=[{"key": "k", "value": value}], **extra))
+    return dict(span.attributes or {}).get("k", "left out")
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"stringValue": "s"}, "s"),
+        ({"boolValue": True}, True),
+        ({"boolValue": False}, False),
+        ({"intValue": "12"}, 12),
+        ({"intValue": -3}, -3),
+        ({"doubleValue": 1}, 1.0),
+        ({"doubleValue": 2.5}, 2.5),
+        ({"doubleValue": "Infinity"}, math.inf),
+        ({"doubleValue": "-Infinity"}, -math.inf),
+        ({"arrayValue": {"values": [{"intValue": "1"}, {"intValue": 2}]}}, (1, 2)),
+        ({"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}}, "left out"),
+        ({"arrayValue": {}}, ()),
+        ({"kvlistValue": {"values": [{"key": "a", "value": {"intValue": "1"}}]}}, "left out"),
+        ({"bytesValue": "AP8="}, "left out"),
+        ({}, "left out"),
+    ],
+)
+def test_any_values_read_the_same_on_both_reader_paths(
+    value: dict[str, object], expected: object, full_reader: bool
+) -> None:
+    got = _attribute(value, full_reader=full_reader)
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+def test_nan_reads_as_nan_on_both_reader_paths(full_reader: bool) -> None:
+    got = _attribute({"doubleValue": "NaN"}, full_reader=full_reader)
+    assert isinstance(got, float) and math.isnan(got)
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"boolValue": "true"}, ".boolValue: expected a boolean"),
+        ({"intValue": "1.5"}, ".intValue: expected an integer (number or decimal string)"),
+        ({"doubleValue": "x"}, ".doubleValue: expected a number"),
+        ({"doubleValue": "nan"}, ".doubleValue: expected a number"),
+        ({"stringValue": 1}, ".stringValue: expected a string"),
+        ({"arrayValue": []}, ".arrayValue: expected an object"),
+        ({"arrayValue": {"values": {}}}, ".arrayValue.values: expected an array"),
+        ({"arrayValue": {"values": [1]}}, ".arrayValue.values[0]: expected an object"),
+        (
+            {"arrayValue": {"values": [{"boolValue": 1}]}},
+            ".arrayValue.values[0].boolValue: expected a boolean",
+        ),
+        ({"kvlistValue": []}, ".kvlistValue: expected an object"),
+        (
+            {"kvlistValue": {"values": [{"key": 1}]}},
+            ".kvlistValue.values[0].key: expected a string",
+        ),
+    ],
+)
+def test_any_value_errors_name_the_field_on_both_reader_paths(
+    value: dict[str, object], message: str, full_reader: bool
+) -> None:
+    with pytest.raises(ValueError) as error:
+        _attribute(value, full_reader=full_reader)
+    assert str(error.value) == f"{SPAN_PATH}.attributes[0].value{message}"
