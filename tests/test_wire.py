@@ -43,6 +43,7 @@ from otel_guard.telemetry import (
     DIAGNOSTIC_EVENT,
     DIAGNOSTICS_METRIC,
     LOOP_EVENT,
+    OBSERVATIONS_METRIC,
     SCOPE_NAME,
     TRANSITION_EVENT,
 )
@@ -226,6 +227,7 @@ def test_received_guard_metrics_carry_exactly_the_spec_names_and_values(
     assert guard_metrics == {
         (SCOPE_NAME, DECISIONS_METRIC, "{decision}"),
         (SCOPE_NAME, DIAGNOSTICS_METRIC, "{diagnostic}"),
+        (SCOPE_NAME, OBSERVATIONS_METRIC, "{call}"),
     }
     expected = [
         _t("enforce", "idle", "tracking", "tracked", "3-4", "1"),
@@ -248,6 +250,12 @@ def test_received_guard_metrics_carry_exactly_the_spec_names_and_values(
         expected, key=lambda item: sorted(item[0].items())
     )
     assert _series(requests, DIAGNOSTICS_METRIC) == [({"diagnostic": "late_span"}, 1)]
+    # Every settled call of an evaluated batch: 3x4 looping, 1 free-text, 2 failing and 1
+    # succeeding on recovery, 2 + 1 on the late prompt (its late frame is not an observation).
+    assert _series(requests, OBSERVATIONS_METRIC) == [
+        ({"execution_status": "error", "tool_type": "mcp"}, 18),
+        ({"execution_status": "success", "tool_type": "mcp"}, 1),
+    ]
 
 
 def test_received_guard_logs_carry_exactly_the_spec_names_and_values(
