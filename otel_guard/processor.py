@@ -739,10 +739,19 @@ class GuardSpanProcessor(SpanProcessor):
             return None  # carried a prompt ID but is not a batch span
         prompt_id = batch.prompt_id
         now = self._clock()
+        opted_out = _opted_out(attributes)
+        if opted_out:
+            # A marker on any batch opts the whole prompt out, before anything here names it.
+            known = self._prompts.get(prompt_id)
+            if known is not None:
+                known.guarded = False
+            life = self._lives.get(prompt_id)
+            if life is not None:
+                life.guarded = False
         self._expire(now, out)
         prompt = self._prompt_for_batch(prompt_id, now, out)
-        if _opted_out(attributes):
-            prompt.guarded = False  # a marker on any batch opts the whole prompt out
+        if opted_out:
+            prompt.guarded = False
         if not prompt.guarded:
             self._release(batch)
             return None
