@@ -31,8 +31,11 @@ DASHBOARD = CONFIG_DIR / "grafana" / "otel-guard-shadow.json"
 # `{diagnostic}` annotation units add no suffix, and a monotonic counter gains `_total`.
 DECISIONS_SERIES = DECISIONS_METRIC.replace(".", "_") + "_total"
 DIAGNOSTICS_SERIES = DIAGNOSTICS_METRIC.replace(".", "_") + "_total"
-# Resource attributes deployment.environment.name and service.version, as labels.
-RESOURCE_LABELS = frozenset({"deployment_environment_name", "service_version"})
+# Resource attributes deployment.environment.name and service.version, as labels, and the older
+# deployment.environment that queries fall back to.
+RESOURCE_LABELS = frozenset(
+    {"deployment_environment_name", "service_version", "deployment_environment"}
+)
 
 # Where the transform processor deletes sensitive attributes, per signal.
 TRANSFORM_CONTEXTS = {
@@ -328,16 +331,29 @@ def test_queries_use_only_labels_and_values_the_guard_emits() -> None:
             assert labels <= known_labels, (labels, expression)
 
 
+NEWER_ENVIRONMENT = 'deployment_environment_name=~"$environment"'
+OLDER_ENVIRONMENT = 'deployment_environment_name="", deployment_environment=~"$environment"'
+
+
 def test_dashboard_filters_every_query_by_environment_and_version() -> None:
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
-    assert variables["environment"]["query"] == (
-        f"label_values({DECISIONS_SERIES}, deployment_environment_name)"
+    # Either environment key lists an environment: the newer one, else the older one.
+    environment = variables["environment"]
+    assert environment["query"] == (
+        "query_result(count by (deployment_environment_name) "
+        f'({DECISIONS_SERIES}{{deployment_environment_name!=""}}) '
+        "or label_replace(count by (deployment_environment) "
+        f'({DECISIONS_SERIES}{{deployment_environment_name="", deployment_environment!=""}}), '
+        '"deployment_environment_name", "$1", "deployment_environment", "(.+)"))'
     )
-    assert variables["version"]["query"] == (
-        f'label_values({DECISIONS_SERIES}{{deployment_environment_name=~"$environment"}}, '
-        "service_version)"
+    assert environment["regex"] == '/deployment_environment_name="([^"]+)"/'
+    version = variables["version"]
+    assert version["query"] == (
+        f"query_result(count by (service_version) ({DECISIONS_SERIES}{{{NEWER_ENVIRONMENT}}} "
+        f"or {DECISIONS_SERIES}{{{OLDER_ENVIRONMENT}}}))"
     )
+    assert version["regex"] == '/service_version="([^"]+)"/'
     titles = [panel["title"] for panel in dashboard["panels"]]
     for wanted in (
         "Decisions over time",
@@ -350,5 +366,10 @@ def test_dashboard_filters_every_query_by_environment_and_version() -> None:
     for expression in dashboard_expressions():
         for selector in _SELECTOR.finditer(expression):
             matchers = selector["matchers"]
-            assert 'deployment_environment_name=~"$environment"' in matchers, expression
+            # Each selector filters by one key, and the older key only where the newer is absent.
+            assert matchers.startswith((NEWER_ENVIRONMENT, OLDER_ENVIRONMENT)), expression
             assert 'service_version=~"$version"' in matchers, expression
+            if matchers.startswith(OLDER_ENVIRONMENT):
+                assert selector.group(0).replace(OLDER_ENVIRONMENT, NEWER_ENVIRONMENT) in (
+                    expression
+                ), expression
