@@ -6,9 +6,11 @@ emitted after the guard's lock is released, with instrumentation suppressed.
 
 Span identification (docs/contract.md section 3), decided when a span starts:
 
-* ``gen_ai.operation.name == "execute_tool"``: a tool-call span, kept when it ends under an open
-  batch span; its attributes are read when the batch span ends, in call start order (a call ID
-  seen twice in one batch is a ``duplicate_span`` diagnostic for the later-started call).
+* ``gen_ai.operation.name == "execute_tool"``: a tool-call span. When it ends under an open
+  batch span, the few fields the reducer needs are kept (not the span); they are turned into
+  observations when the batch span ends, in call start order (a call ID seen twice in one batch
+  is a ``duplicate_span`` diagnostic for the later-started call). A tool type other than
+  ``native``/``mcp`` is handed to the reducer without a tool name: never eligible.
 * ``gen_ai.operation.name == "invoke_agent"`` with ``acp.prompt.id``: a prompt span.
 * any other span with ``acp.prompt.id`` at start: a batch span candidate. It is evaluated when it
   ends if it then carries ``acp.batch.admitted``; a present but malformed admitted count makes
@@ -165,8 +167,9 @@ class _PromptSpan:
 # arrival, call ID, tool name, tool type, terminal status, execution status, execution error
 # type, provider duplicate, span ID). The span ID is kept for the ``duplicate_span`` record.
 _CallRecord = tuple[int, int, str, str | None, str | None, str, str | None, str | None, bool, int]
-# What a kept call costs in bytes besides its strings' characters: the record tuple, its
-# integers and the string headers (measured with tracemalloc on CPython 3.11-3.13, rounded up).
+# What a kept call is counted as, besides its strings' characters. Deliberately above what it
+# costs: tracemalloc shows about 280 bytes per kept call, strings included, on CPython 3.11,
+# against some 430 counted; the budget errs towards keeping less.
 _CALL_RECORD_BYTES: Final = 400
 
 
@@ -269,10 +272,11 @@ class GuardSpanProcessor(SpanProcessor):
     the state is discarded only when the last of those spans ends.
 
     **Bytes.** A tool-call span is reduced, when it ends, to the few fields the reducer needs
-    (about 400 bytes plus its strings), and these records are capped across all open batches by
-    ``max_call_bytes`` (default 16 MiB, some 35,000 calls: far beyond the open batches of any
-    real host, and small beside the host's own span data). The batch that has held data the
-    longest gives it up first, so batch spans a host never ends are the ones that lose it.
+    (counted as 400 bytes plus its strings, more than the ~280 it takes), and these records are
+    capped across all open batches by ``max_call_bytes`` (default 16 MiB, some 39,000 calls: far
+    beyond the open batches of any real host, and small beside the host's own span data). The
+    batch that has held data the longest gives it up first, so batch spans a host never ends are
+    the ones that lose it.
 
     **Eviction is O(1) amortised.** Prompts are kept in activity order, and the idle ones also
     in an ordered table of their own, so the next victim is always at the front of one of them;
