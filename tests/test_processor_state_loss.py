@@ -10,7 +10,9 @@ evicts. A model of what the host did checks, from the guard's own log records an
   a collision, or a loss of its state (an ``evicted``/``expired`` diagnostic naming it);
 * no telemetry at all for an opted-out prompt.
 
-The number of generated sequences is ``OTEL_GUARD_STATEFUL_EXAMPLES`` (default 1,000).
+Two machines run: a table of 3 prompts for 5 IDs (most sequences lose state or collide) and one
+with room for all (losses from the TTL only, so stops are reached more often). Each generates
+``OTEL_GUARD_STATEFUL_EXAMPLES`` sequences of up to 40 steps (default 1,000).
 """
 
 from __future__ import annotations
@@ -87,12 +89,16 @@ class Host:
 
 
 class GuardUnderStateLoss(RuleBasedStateMachine):
+    """A table of 3 prompts for 5 IDs: most sequences lose state or collide."""
+
+    max_prompts = 3
+
     def __init__(self) -> None:
         super().__init__()
         self.now = 0.0
         self.harness = Harness(
             mode="enforce",
-            max_prompts=3,
+            max_prompts=self.max_prompts,
             prompt_ttl_seconds=TTL,
             clock=lambda: self.now,
         )
@@ -251,13 +257,22 @@ class GuardUnderStateLoss(RuleBasedStateMachine):
         self.harness.meter_provider.shutdown()
 
 
-TestGuardUnderStateLoss = GuardUnderStateLoss.TestCase
-TestGuardUnderStateLoss.settings = settings(
+class GuardWithRoom(GuardUnderStateLoss):
+    """A table with room for every ID: losses come from the TTL only, and stops are reached."""
+
+    max_prompts = 50
+
+
+SETTINGS = settings(
     max_examples=EXAMPLES,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+TestGuardUnderStateLoss = GuardUnderStateLoss.TestCase
+TestGuardUnderStateLoss.settings = SETTINGS
+TestGuardWithRoom = GuardWithRoom.TestCase
+TestGuardWithRoom.settings = SETTINGS
 
 
 # -- each finding, one scenario ------------------------------------------------------------------
