@@ -201,7 +201,7 @@ _ENDED_BATCHES = 4096
 _Emission = (
     tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None]
     | tuple[Literal["transition"], Transition]
-    | tuple[Literal["observations"], tuple[Observation, ...]]
+    | tuple[Literal["observations"], dict[tuple[str | None, str | None], int]]
 )
 
 
@@ -667,35 +667,28 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _observations(
         self, batch: _OpenBatch, context: SpanContext, out: list[_Emission]
-    ) -> tuple[tuple[Observation, ...], int, bool]:
-        """The batch's observations in call start order, its distinct call IDs, and whether
-        every call carried a usable ID."""
+    ) -> tuple[tuple[Observation, ...], int, bool, dict[tuple[str | None, str | None], int]]:
+        """The batch's observations in call start order, its distinct call IDs, whether every
+        call carried a usable ID, and the observations by (execution status, tool type)."""
         calls = batch.calls
         if len(calls) > 1:
             calls.sort()  # start time, then arrival (unique, so later fields are never compared)
         observations: list[Observation] = []
         call_ids: set[str] = set()
+        tally: dict[tuple[str | None, str | None], int] = {}
         well_formed = True
         new = _new
-        for (
-            _,
-            _,
-            call_id,
-            tool_name,
-            tool_type,
-            status,
-            execution,
-            error_type,
-            duplicate,
-            span_id,
-        ) in calls:
+        for record in calls:
+            _, _, call_id, tool_name, tool_type, status, execution, error_type, duplicate, _ = (
+                record
+            )
             if not duplicate:
                 if not call_id:
                     well_formed = False  # a call without an ID cannot prove completeness
                     continue
                 if call_id in call_ids:
                     frame = SpanContext(
-                        context.trace_id, span_id, False, context.trace_flags, context.trace_state
+                        context.trace_id, record[9], False, context.trace_flags, context.trace_state
                     )
                     out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
                     continue
@@ -706,7 +699,9 @@ class GuardSpanProcessor(SpanProcessor):
                     (call_id, tool_name, tool_type, status, execution, error_type, duplicate),
                 )
             )
-        return tuple(observations), len(call_ids), well_formed
+            pair = (execution, tool_type)
+            tally[pair] = tally.get(pair, 0) + 1
+        return tuple(observations), len(call_ids), well_formed, tally
 
     def _prompt_for_batch(self, prompt_id: str, now: float, out: list[_Emission]) -> _Prompt:
         """The prompt's state, rebuilt if it was dropped (never enforcing), or a new one."""
@@ -760,7 +755,7 @@ class GuardSpanProcessor(SpanProcessor):
             self._release(batch)
             return None
 
-        observations, distinct_calls, well_formed = self._observations(batch, context, out)
+        observations, distinct_calls, well_formed, tally = self._observations(batch, context, out)
         self._release(batch)
         admitted = attributes.get(attr.BATCH_ADMITTED)
         complete = (
@@ -791,8 +786,8 @@ class GuardSpanProcessor(SpanProcessor):
             self._idle.move_to_end(prompt_id)
         else:
             self._idle.pop(prompt_id, None)
-        if observations:
-            out.append(("observations", observations))
+        if tally:
+            out.append(("observations", tally))
         if kind == "none" and self._listener is None:
             return None  # the common case: nothing to emit, nobody to tell
         value = decision_value(kind)

@@ -14,8 +14,8 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
-from typing import Final, Literal, NamedTuple, Protocol, get_args
+from collections.abc import Mapping
+from typing import Final, Literal, NamedTuple, get_args
 
 from opentelemetry import context as context_api
 from opentelemetry import metrics, trace
@@ -156,16 +156,6 @@ def batch_count_bucket(count: int) -> str:
     if count <= 2:
         return str(count)
     return "3+"
-
-
-class ObservedCall(Protocol):
-    """What the observations counter reads of one observation (the reducer's ``Observation``)."""
-
-    @property
-    def execution_status(self) -> str | None: ...
-
-    @property
-    def tool_type(self) -> str | None: ...
 
 
 class Transition(NamedTuple):
@@ -357,26 +347,23 @@ class GuardTelemetry:
             )
         return ok
 
-    def observations(self, observations: Iterable[ObservedCall]) -> bool:
+    def observations(self, counts: Mapping[tuple[str | None, str | None], int]) -> bool:
         """Count the observations of one evaluated batch (the execution SLI's denominator).
 
-        Each is counted once by ``execution_status`` (a value outside the closed set, or none,
-        is ``unknown``) and ``tool_type`` (``other`` unless ``native`` or ``mcp``).
+        ``counts`` maps each (execution status, tool type) pair as the spans carried them to
+        its number of observations. Each is counted once by ``execution_status`` (a value
+        outside the closed set, or none, is ``unknown``) and ``tool_type`` (``other`` unless
+        ``native`` or ``mcp``). The caller tallies raw pairs, so the closed sets are applied
+        here once per distinct pair rather than once per call.
         """
-        tally: dict[tuple[str, str], int] = {}
-        for observation in observations:
-            status = observation.execution_status
-            if status not in _KNOWN_EXECUTION_STATUSES:
-                status = "unknown"
-            tool_type = observation.tool_type
-            if tool_type not in _TOOL_TYPES:
-                tool_type = "other"
-            key = (status, tool_type)
-            tally[key] = tally.get(key, 0) + 1
-        counts = self._counts
-        with counts.lock:
-            table = counts.observations
-            for key, value in tally.items():
+        table_counts = self._counts
+        with table_counts.lock:
+            table = table_counts.observations
+            for (status, tool_type), value in counts.items():
+                key = (
+                    status if status in _KNOWN_EXECUTION_STATUSES else "unknown",
+                    tool_type if tool_type in _TOOL_TYPES else "other",
+                )
                 table[key] = table.get(key, 0) + value
         return True
 
