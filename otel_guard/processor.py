@@ -752,6 +752,7 @@ class GuardSpanProcessor(SpanProcessor):
         if opted_out:
             prompt.guarded = False
         if not prompt.guarded:
+            prompt.pending = None  # stale once a later batch settled, and the prompt is off now
             self._release(batch)
             return None
 

@@ -332,6 +332,14 @@ def test_opted_out_prompts_stay_off_after_eviction() -> None:
     assert h.points() == []  # no decision at all
 
 
+def test_an_action_not_taken_is_dropped_when_an_opting_out_batch_settles() -> None:
+    h = Harness(mode="enforce")
+    assert loop(h, "p", 2) == [None, "reminder"]
+    h.batch("p", [FAIL] * 4)  # a stop is pending, and the host does not take it
+    h.batch("p", [OK], batch_attributes={"acp.prompt.route": "background"})
+    assert h.guard.take_action("p") is None
+
+
 def test_a_new_prompt_span_starts_fresh_after_its_id_was_dropped() -> None:
     h = Harness(mode="enforce", max_prompts=1)
     h.batch("p", [FAIL] * 4, reliable=False)
