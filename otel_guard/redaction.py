@@ -233,7 +233,9 @@ class RedactingSpanExporter(SpanExporter):
             if case == "lower":
                 # The GenAI profile reads error.type lower-cased: export it as it will be read.
                 lowered = value.lower()
-                return lowered if CLASSIFIED_ERROR_TYPE.fullmatch(lowered) else UNCLASSIFIED_ERROR_TYPE
+                if CLASSIFIED_ERROR_TYPE.fullmatch(lowered):
+                    return lowered
+                return UNCLASSIFIED_ERROR_TYPE
             return value if CLASSIFIED_ERROR_TYPE.fullmatch(value) else _DROP
         return _DROP
 
