@@ -17,6 +17,7 @@ copy of an allowed key (``GEN_AI.TOOL.NAME``) is not the published key and is dr
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -455,6 +456,7 @@ MODEL_OPERATIONS: Final[frozenset[str]] = frozenset(
 """Operations that call a model: their exported span name is the operation and the model."""
 
 
+@functools.lru_cache(maxsize=4096)
 def allowed_key(key: str) -> AllowedKey | None:
     """The allow-list entry for ``key`` on a GenAI span, or None when the key is dropped."""
     rule = GENAI_ALLOWED_KEYS.get(key)
