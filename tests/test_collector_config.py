@@ -8,6 +8,7 @@ guard's counters really get, with label values from the guard's closed sets.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -69,6 +70,19 @@ _KEEP_MATCHING = re.compile(r'^keep_matching_keys\(attributes, "(?P<pattern>(?:[
 
 def load(path: Path) -> Any:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def deny_regexes() -> tuple[re.Pattern[str], ...]:
+    config = load(OTELCOL)
+    statements = groups(config, "transform/sensitive", "trace_statements")["span"]["statements"]
+    return tuple(re.compile(p) for p in deny_patterns(statements))
+
+
+@functools.cache
+def span_keep_regex() -> re.Pattern[str]:
+    genai = groups(load(OTELCOL), "transform/genai", "trace_statements")
+    return re.compile(keep_pattern(genai["span"]["statements"]))
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +165,7 @@ def test_genai_spans_keep_exactly_the_allow_list(otelcol: dict[str, Any]) -> Non
 
 @given(st.text(alphabet="abcdegilmnoprstuyz_.AIT", max_size=30))
 def test_collector_allow_list_selects_the_keys_the_process_keeps(key: str) -> None:
-    genai = groups(load(OTELCOL), "transform/genai", "trace_statements")
-    span_keep = re.compile(keep_pattern(genai["span"]["statements"]))
+    span_keep = span_keep_regex()
     expected = allowed_key(key) is not None or key in PSEUDONYMOUS_KEYS or key in ERROR_TYPE_KEYS
     assert (span_keep.search(key) is not None) == expected
 
@@ -221,10 +234,7 @@ def test_the_deny_list_applies_to_agent_services_only_and_never_to_genai_spans(
 def test_collector_deny_list_selects_the_keys_the_process_removes(key: str) -> None:
     # The collector searches its patterns anywhere in a key (Go regexp MatchString); anchored,
     # they must select exactly the keys the in-process registry removes, in any letter case.
-    config = load(OTELCOL)
-    statements = groups(config, "transform/sensitive", "trace_statements")["span"]["statements"]
-    patterns = deny_patterns(statements)
-    assert any(re.search(p, key) for p in patterns) == is_sensitive(key)
+    assert any(p.search(key) for p in deny_regexes()) == is_sensitive(key)
 
 
 def test_listeners_bind_to_localhost_by_default(otelcol: dict[str, Any]) -> None:
