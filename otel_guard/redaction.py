@@ -229,7 +229,8 @@ class RedactingSpanExporter(SpanExporter):
         case = ERROR_TYPE_KEYS.get(key)
         if case is not None:
             if type(value) is not str:
-                return _DROP
+                # Present but unreadable: still an error of unknown type to the GenAI profile.
+                return UNCLASSIFIED_ERROR_TYPE if case == "lower" else _DROP
             if case == "lower":
                 # The GenAI profile reads error.type lower-cased: export it as it will be read.
                 lowered = value.lower()

@@ -447,7 +447,9 @@ def _derived(key: str, value: Any, pseudonym: Pseudonymizer) -> Any:
     prefix = {"gen_ai.tool.name": "tool_", "mcp.server.name": "mcp_"}.get(key)
     if prefix is not None and isinstance(value, str):
         return pseudonym(value, prefix) if value.strip() else value
-    if key == "error.type" and isinstance(value, str):
+    if key == "error.type":
+        if not isinstance(value, str):
+            return "_OTHER"
         lowered = value.lower()
         return lowered if re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", lowered) else "_OTHER"
     if key == "acp.tool.execution.error_type" and isinstance(value, str):
@@ -488,3 +490,81 @@ def test_allow_list_mode_exports_exactly_the_allowed_keys(
         if key not in allowed and derived is not None:
             expected[key] = derived
     assert dict(span.attributes or {}) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "exported"),
+    [
+        ("error.type", "timeout", "timeout"),
+        ("error.type", "TimeoutError", "timeouterror"),  # read lower-cased by the GenAI profile
+        ("error.type", "Connection reset by peer", "_OTHER"),
+        ("error.type", 7, "_OTHER"),
+        ("acp.tool.execution.error_type", "exit_nonzero", "exit_nonzero"),
+        ("acp.tool.execution.error_type", "Exit_Nonzero", None),  # unclassified to the reducer
+        ("acp.tool.execution.error_type", "no such file /home/u", None),
+    ],
+)
+def test_genai_spans_keep_classified_error_types_only(key: str, value: Any, exported: Any) -> None:
+    p = Pipeline()
+    with p.tracer.start_as_current_span(
+        "execute_tool", attributes={"gen_ai.operation.name": "execute_tool", key: value}
+    ):
+        pass
+    _, out = p.one()
+    assert (out.attributes or {}).get(key) == exported
+
+
+@pytest.mark.parametrize(
+    ("name", "attributes", "exported_name"),
+    [
+        ("execute_tool Run_Shell", {"gen_ai.operation.name": "execute_tool",
+                                    "gen_ai.tool.name": "run_shell"}, "execute_tool"),
+        ("chat gpt-x", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-x"},
+         "chat gpt-x"),
+        ("invoke_agent support bot", {"gen_ai.operation.name": "invoke_agent"}, "invoke_agent"),
+        ("tool_batch", {"acp.prompt.id": "p"}, "tool_batch"),
+        ("running tool: RUN_SHELL", {"gen_ai.tool.name": "run_shell"}, REDACTED_SPAN_NAME),
+        ("run_shell", {"gen_ai.tool.name": "run_shell"}, REDACTED_SPAN_NAME),
+        ("agent run", {"logfire.msg": "agent run"}, REDACTED_SPAN_NAME),
+        ("open NOTES.TXT", {"file.path": "/home/u/notes.txt"}, REDACTED_SPAN_NAME),
+    ],
+)  # fmt: skip
+def test_genai_span_names_become_their_operation(
+    name: str, attributes: dict[str, Any], exported_name: str
+) -> None:
+    p = Pipeline()
+    with p.tracer.start_as_current_span(name, attributes=attributes):
+        pass
+    _, out = p.one()
+    assert out.name == exported_name
+
+
+def test_event_names_of_genai_spans_are_identifiers_holding_no_removed_value() -> None:
+    p = Pipeline()
+    with p.tracer.start_as_current_span(
+        "execute_tool", attributes={"gen_ai.operation.name": "execute_tool",
+                                    "gen_ai.tool.name": "read_notes"}
+    ) as span:  # fmt: skip
+        for name in ("gen_ai.choice", "read_notes", "READ_NOTES done", "retry 2"):
+            span.add_event(name)
+    _, out = p.one()
+    assert [e.name for e in out.events] == ["gen_ai.choice", "redacted", "redacted", "redacted"]
+
+
+def test_sensitive_resource_attributes_are_dropped() -> None:
+    resource = Resource(
+        {
+            "service.name": "agent",
+            "process.executable.path": "/home/alice/venv/bin/python",
+            "process.command_line": "python agent.py --token t",
+            "PROCESS.COMMAND_ARGS": ("python", "agent.py"),
+            "process.owner": "alice",
+            "process.pid": 42,
+        }
+    )
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out)
+    exporter.export([ReadableSpan("a", resource=resource), ReadableSpan("b", resource=resource)])
+    first, second = out.get_finished_spans()
+    assert dict(first.resource.attributes) == {"service.name": "agent", "process.pid": 42}
+    assert second.resource is first.resource  # one redacted copy per resource
