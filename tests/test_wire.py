@@ -38,6 +38,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import GuardInstallation, install_guard
+from otel_guard.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
 from otel_guard.telemetry import (
     DECISIONS_METRIC,
     DIAGNOSTIC_EVENT,
@@ -131,6 +132,7 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
     for name in list(os.environ):
         if name.startswith(("OTEL_EXPORTER_OTLP_", "OTEL_SERVICE_NAME", "OTEL_RESOURCE")):
             monkeypatch.delenv(name)
+    monkeypatch.delenv(PSEUDONYM_KEY_ENV, raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", server.endpoint)
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", RESOURCE_ATTRIBUTES)
     try:
@@ -371,12 +373,17 @@ def test_received_spans_are_redacted_copies_with_the_resource_from_the_environme
     ]
     tools = [s for s in spans if s.name == "execute_tool"]
     assert len(tools) == TOOL_SPANS
+    pseudonym = Pseudonymizer()  # install_guard's exporter uses the process's own key
     assert _attributes(tools[0].attributes) == {
         "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": pseudonym(FIXED.tool),
         "gen_ai.tool.call.id": "call-1",
         "acp.tool.type": "mcp",
         "acp.tool.status": "error",
         "acp.tool.execution.status": "error",
+        "acp.tool.execution.error_type": "exit_nonzero",
+        "error.type": "_OTHER",
+        "mcp.server.name": pseudonym(FIXED.mcp_server, "mcp_"),
     }
     assert tools[0].status.message == ""
     assert [_deployment(r) for r in _resources(receiver.traces(), "resource_spans")] == [DEPLOYMENT]
