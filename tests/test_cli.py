@@ -291,7 +291,7 @@ def request(span: object = None, **fields: object) -> str:
     [
         ('{"resourceSpans": [', "invalid JSON (Expecting value at column 20)"),
         ("[1, 2]", "request: expected an object"),
-        ('{"resourceMetrics": []}', "not a trace export request (no resourceSpans)"),
+        ('{"resourceMetric": []}', "not a trace export request (no resourceSpans)"),
         ('{"resourceSpans": {}}', "resourceSpans: expected an array"),
         (request("span"), f"{SPANS_PATH}: expected an object"),
         (request(traceId="zz" * 16), f"{SPANS_PATH}.traceId: expected 32 hex digits"),
