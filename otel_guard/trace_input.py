@@ -169,10 +169,12 @@ class Source:
         *,
         stdin: IO[bytes] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self.path = path
         self._stdin = stdin
         self._limit = max_record_bytes
+        self._chunk = chunk_bytes
         self._raw: _Peekable | None = None
 
     @property
@@ -228,13 +230,13 @@ class Source:
             yield from self._frames(content, compression)
 
     def _lines(self, content: _Peekable, compression: str) -> Iterator[Record]:
-        path, limit, read = self.path, self._limit, content.read
+        path, limit, read, chunk_bytes = self.path, self._limit, content.read, self._chunk
         number = 0  # newlines read so far
         pieces: list[bytes] = []  # the current line's bytes, when it spans chunks
         size = 0
         while True:
             try:
-                chunk = read(CHUNK_BYTES)
+                chunk = read(chunk_bytes)
             except Exception as error:  # the decompressor's own errors, whatever its module
                 raise MalformedInput(path, number + 1, _read_error(error, compression)) from None
             if not chunk:
@@ -321,7 +323,8 @@ def _read_exact(content: _Peekable, size: int) -> bytes:
 
 def _too_long(what: str, limit: int, size: int | None = None) -> str:
     stated = "" if size is None else f" ({size:,} bytes)"
-    return f"{what} longer than {limit:,} bytes{stated}, the record limit; input stopped here"
+    bound = f"{limit >> 20} MiB" if limit and not limit % (1 << 20) else f"{limit:,} bytes"
+    return f"{what} longer than {bound}{stated}, the limit of one record; input stopped here"
 
 
 def _read_error(error: BaseException, compression: str) -> str:

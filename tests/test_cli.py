@@ -388,6 +388,28 @@ def test_a_subprocess_malformed_run_prints_one_line_and_no_traceback(tmp_path: P
     assert "invariant violations: 0" in completed.stdout
 
 
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_standard_input_is_replayed_from_a_pipe_as_the_file_is(
+    name: str, demo_files: dict[str, tuple[Path, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = demo_files["enforce"][0]
+    _, expected, _ = replay_json(capsys, "--mode", "enforce", str(path))
+    with subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE) as cat:
+        command = [sys.executable, "-m", "otel_guard", "replay", "--mode", "enforce"]
+        completed = subprocess.run(
+            [*command, "--format", "json", name],
+            stdin=cat.stdout,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert (completed.returncode, completed.stderr) == (0, "")
+    report = json.loads(completed.stdout)
+    assert report["files"] == [name]
+    report["files"] = expected["files"]
+    assert report == expected
+
+
 # -- report schema ------------------------------------------------------------------------------
 
 
