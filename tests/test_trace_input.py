@@ -17,7 +17,11 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
-from test_otlp_json import produce, summary
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from test_otlp_json import _ATTRIBUTE, RESOURCE, produce, summary
 
 from otel_guard import trace_input
 from otel_guard.otlp_json import MalformedInput, OtlpJsonReader, encode_request
@@ -293,3 +297,31 @@ def test_a_span_with_a_bad_id_in_a_frame_is_described_not_skipped() -> None:
         list(reader)
     where = "resourceSpans[0].scopeSpans[0].spans[1]"
     assert str(error.value) == f"-:1: {where}.spanId: expected 8 bytes"
+
+
+@settings(max_examples=100)
+@given(
+    attributes=st.dictionaries(st.text(min_size=1, max_size=10), _ATTRIBUTE, max_size=6),
+    kind=st.sampled_from(list(SpanKind)),
+    code=st.sampled_from(list(StatusCode)),
+)
+def test_any_span_reads_the_same_from_a_proto_frame_as_from_a_json_line(
+    attributes: dict[str, Any], kind: SpanKind, code: StatusCode
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    span = provider.get_tracer("t", "1.0").start_span("s", kind=kind, attributes=attributes)
+    span.set_status(Status(code, "why" if code is StatusCode.ERROR else None))
+    span.end()
+    spans = exporter.get_finished_spans()
+    message = bytes(encode_spans(spans).SerializeToString())
+    from_json = OtlpJsonReader(["-"], stdin=io.BytesIO(request_line_of(spans)))
+    from_proto = OtlpJsonReader(["-"], stdin=io.BytesIO(framed(message)))
+    assert [[summary(s) for s in i.spans] for i in from_proto] == [
+        [summary(s) for s in i.spans] for i in from_json
+    ]
+
+
+def request_line_of(spans: Any) -> bytes:
+    return json.dumps(encode_request(spans)).encode() + b"\n"
