@@ -564,9 +564,9 @@ def _common_span(
             parent_id = _id_number(parent_text, 8)
             if parent_id is None:
                 return None
-            parent = None if not parent_id else _context(trace_id, parent_id, trace_flags)
-            if parent is not None:
-                by_span_id[parent_text] = parent
+            if parent_id:
+                fields = (trace_id, parent_id, False, trace_flags, DEFAULT_TRACE_STATE, True)
+                parent = by_span_id[parent_text] = _new_tuple(SpanContext, fields)
 
     if type(start) is str and start.isdigit() and start.isascii() and len(start) <= 20:
         start = int(start)
@@ -624,18 +624,23 @@ def _common_attributes(entries: list[Any]) -> _Attributes | None:
     """The attributes as :func:`_attributes` reads them, or ``None`` when one is malformed."""
     result = _Attributes()
     for item in entries:
-        # Most values are strings: three lookups and three checks. A decoded JSON document
-        # holds no mapping but dict, so a lookup on anything else raises TypeError.
+        # Most values are strings, the rest mostly decimal-string integers: read here. A decoded
+        # JSON document holds no mapping but dict, and only a dict has get().
         try:
             key = item["key"]
             body = item["value"]
-            value = body["stringValue"]
-        except (KeyError, TypeError):
+            value = body.get("stringValue")
+        except (KeyError, TypeError, AttributeError):
             pass
         else:
-            if type(value) is str and type(key) is str and len(body) == 1:
-                result[key] = value
-                continue
+            if type(key) is str and len(body) == 1:
+                if type(value) is str:
+                    result[key] = value
+                    continue
+                value = body.get("intValue")  # checked as _scalar checks it
+                if type(value) is str and len(value) <= 18 and value.isdigit() and value.isascii():
+                    result[key] = int(value)
+                    continue
         # The others as _attributes reads them.
         if type(item) is not dict:
             return None
