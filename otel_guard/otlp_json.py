@@ -410,13 +410,7 @@ _loads_fast: Final = _load_fast()
 
 
 def _load(data: bytes) -> Any:
-    """The JSON document in ``data``; the standard library decides whatever the fast decoder
-    declines (and words the error), so both read exactly the same lines."""
-    if _loads_fast is not None:
-        try:
-            return _loads_fast(data)
-        except ValueError:
-            pass  # e.g. a bare NaN, a huge integer, deep nesting: the standard library decides
+    """The JSON document in ``data``, decoded by the standard library, which words the error."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -450,7 +444,20 @@ def _parse_request(data: bytes, interner: _Interner) -> list[ReadableSpan]:
     for prefix, signal in _OTHER_SIGNAL_PREFIXES:
         if data.startswith(prefix):  # skipped without decoding: log lines can be large
             raise _OtherSignal(signal)
-    request = _expect(_load(data), dict, "request")
+    if _loads_fast is not None:
+        # The fast decoder declines some lines (a bare NaN, deep nesting) and reads integers
+        # beyond 64 bits as floats; a line it declines, or whose reading finds a fault, is read
+        # again by the standard library and judged on that, so both accept the same lines and
+        # word the same errors.
+        try:
+            return _request(_loads_fast(data), interner)
+        except (ValueError, _Shape):
+            pass
+    return _request(_load(data), interner)
+
+
+def _request(document: Any, interner: _Interner) -> list[ReadableSpan]:
+    request = _expect(document, dict, "request")
     if "resourceSpans" not in request:
         for key, signal in _OTHER_SIGNALS.items():
             if key in request:

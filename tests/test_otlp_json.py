@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
+from otel_guard import otlp_json
 from otel_guard.otlp_json import (
     MalformedInput,
     OtlpJsonReader,
@@ -338,6 +339,41 @@ def test_any_attribute_round_trips(attributes: dict[str, Any]) -> None:
     assert dict(read.attributes or {}) == dict(span.attributes or {})
 
 
+def _outcome(line: str | bytes) -> Any:
+    try:
+        return [summary(span) for span in parse_request(line)]
+    except ValueError as error:
+        return str(error)
+
+
+_SPAN_PREFIX = '{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"' + "1" * 32 + '",'
+_ODD_LINES = [
+    # Lines the fast decoder declines or reads differently: the standard library decides.
+    _SPAN_PREFIX + '"spanId":"' + "2" * 16 + '","startTimeUnixNano":NaN}]}]}]}',
+    _SPAN_PREFIX + '"spanId":"' + "2" * 16 + '","startTimeUnixNano":' + "9" * 30 + "}]}]}]}",
+    _SPAN_PREFIX + '"spanId":"' + "2" * 16 + '","startTimeUnixNano":1,"endTimeUnixNano":2,'
+    '"attributes":[{"key":"d","value":{"doubleValue":Infinity}}]}]}]}]}',
+    '{"resourceSpans":' + "[" * 2000 + "]" * 2000 + "}",
+    b'{"resourceSpans":[],"x":"\xff"}',
+    '{"resourceSpans":[],"resourceSpans":[]}',
+    '{"resourceSpans":[]} trailing',
+    '{"resourceSpans":[{"scopeSpans":[{"spans":[]}]}]}  \r',
+    '"\ud800"',
+    _SPAN_PREFIX + '"spanId":"' + "2" * 16 + '","startTimeUnixNano":1,"endTimeUnixNano":2,'
+    '"attributes":[{"key":"i","value":{"intValue":' + "9" * 24 + "}}]}]}]}]}",
+]
+
+
+@pytest.mark.skipif(otlp_json._loads_fast is None, reason="the fast extra is not installed")
+@pytest.mark.parametrize("line", _ODD_LINES)
+def test_the_fast_decoder_reads_every_line_as_the_standard_library_does(
+    line: str | bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = _outcome(line)
+    monkeypatch.setattr(otlp_json, "_loads_fast", None)
+    assert fast == _outcome(line)
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: (
@@ -380,6 +416,37 @@ def test_any_corrupted_request_is_read_or_described_never_crashes(
         assert "\n" not in str(error) and str(error)
     else:
         assert all(isinstance(span, ReadableSpan) for span in spans)
+
+
+_HUGE = st.one_of(  # integers beyond 64 bits, which the fast decoder reads as floats
+    st.integers(min_value=2**63, max_value=2**80),
+    st.integers(min_value=-(2**80), max_value=-(2**63)),
+)
+
+
+@pytest.mark.skipif(otlp_json._loads_fast is None, reason="the fast extra is not installed")
+@settings(max_examples=200)
+@given(data=st.data(), replacement=st.one_of(_JSON, _HUGE, st.lists(_HUGE, max_size=2)))
+def test_the_fast_decoder_reads_any_corrupted_request_as_the_standard_library_does(
+    data: st.DataObject, replacement: Any
+) -> None:
+    document = json.loads(json.dumps(_VALID))
+    path = data.draw(st.sampled_from(_paths(document)))
+    if not path:
+        document = replacement
+    else:
+        target = document
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = replacement
+    line = json.dumps(document)
+    fast = _outcome(line)
+    loads_fast = otlp_json._loads_fast
+    try:
+        otlp_json._loads_fast = None  # type: ignore[misc]
+        assert fast == _outcome(line)
+    finally:
+        otlp_json._loads_fast = loads_fast  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
