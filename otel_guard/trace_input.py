@@ -186,7 +186,11 @@ class Source:
         go on (the records already yielded stay valid)."""
         path = self.path
         if path == STDIN:
-            stream = self._stdin if self._stdin is not None else sys.stdin.buffer
+            stream = self._stdin
+            if stream is None:
+                stream = getattr(sys.stdin, "buffer", None)  # None when there is no stdin
+                if stream is None:
+                    raise MalformedInput(path, None, "cannot read (no standard input)")
             yield from self._records(stream)
             return
         try:
