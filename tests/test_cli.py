@@ -291,7 +291,7 @@ def request(span: object = None, **fields: object) -> str:
     [
         ('{"resourceSpans": [', "invalid JSON (Expecting value at column 20)"),
         ("[1, 2]", "request: expected an object"),
-        ('{"resourceMetrics": []}', "not a trace export request (no resourceSpans)"),
+        ('{"resourceMetric": []}', "not a trace export request (no resourceSpans)"),
         ('{"resourceSpans": {}}', "resourceSpans: expected an array"),
         (request("span"), f"{SPANS_PATH}: expected an object"),
         (request(traceId="zz" * 16), f"{SPANS_PATH}.traceId: expected 32 hex digits"),
@@ -386,6 +386,28 @@ def test_a_subprocess_malformed_run_prints_one_line_and_no_traceback(tmp_path: P
     assert completed.returncode == 1
     assert completed.stderr == f"{path}:1: resourceSpans[0]: expected an object\n"
     assert "invariant violations: 0" in completed.stdout
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_standard_input_is_replayed_from_a_pipe_as_the_file_is(
+    name: str, demo_files: dict[str, tuple[Path, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = demo_files["enforce"][0]
+    _, expected, _ = replay_json(capsys, "--mode", "enforce", str(path))
+    with subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE) as cat:
+        command = [sys.executable, "-m", "otel_guard", "replay", "--mode", "enforce"]
+        completed = subprocess.run(
+            [*command, "--format", "json", name],
+            stdin=cat.stdout,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert (completed.returncode, completed.stderr) == (0, "")
+    report = json.loads(completed.stdout)
+    assert report["files"] == [name]
+    report["files"] = expected["files"]
+    assert report == expected
 
 
 # -- report schema ------------------------------------------------------------------------------
