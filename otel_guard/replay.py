@@ -116,7 +116,10 @@ SWEEP_THRESHOLDS: Final = (2, 3, 4, 6, 8, 10, 12, 16, 24, 32)
 """Thresholds ``--sweep`` replays, each with the batch threshold in force."""
 
 REMEMBERED_SPANS: Final = 200_000
-"""Span IDs of recently replayed traces kept to recognise a late duplicate."""
+"""Span IDs of recently replayed traces kept to recognise a late duplicate ..."""
+
+REMEMBERED_TRACES: Final = 20_000
+"""... of at most this many traces."""
 
 _ADVANCING: Final = frozenset({"tracked", "would_warn", "warn", "would_stop", "stop"})
 _ERROR_TYPE: Final = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
@@ -824,12 +827,15 @@ class Replayer:
             entry[1].update(ids)
             self._replayed.move_to_end(trace_id)
         self._remembered += len(ids)
-        while self._remembered > REMEMBERED_SPANS and self._replayed:
-            old_id, (old_owner, old_ids) = self._replayed.popitem(last=False)
+        replayed = self._replayed
+        while (self._remembered > REMEMBERED_SPANS or len(replayed) > REMEMBERED_TRACES) and (
+            replayed
+        ):
+            old_id, (old_owner, old_ids) = replayed.popitem(last=False)
             self._remembered -= len(old_ids)
             if old_id == trace_id:
                 # Larger than the memory alone: keep where it went, forget its span IDs.
-                self._replayed[trace_id] = (old_owner, set())
+                replayed[trace_id] = (old_owner, set())
                 break
 
     def _replay(self, trace_id: int, bound: str | None = None) -> None:
