@@ -32,7 +32,7 @@ import re
 import time
 import zlib
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
 
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
@@ -646,6 +646,9 @@ class _Trace:
         self.start = start  # the earliest start time read
         self.duplicates: list[Resource] = []  # the resources of spans read again
 
+    def spans_read(self) -> Iterator[ReadableSpan]:
+        return (buffered[0] for buffered in self.spans.values())
+
 
 def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
     store = getattr(span, "_attributes", None)
@@ -813,8 +816,9 @@ class Replayer:
         remembered = self._replayed.get(trace_id)
         if remembered is not None:
             return remembered[0]  # a later part of a trace goes where its first part went
-        keys = [k for k in (_prompt_key(b[0]) for b in trace.spans.values()) if k is not None]
-        key = min(keys).encode("utf-8", "surrogatepass") if keys else trace_id.to_bytes(16, "big")
+        # The first prompt named in read order: the same in every process, found early.
+        named = next((k for k in map(_prompt_key, trace.spans_read()) if k is not None), None)
+        key = trace_id.to_bytes(16, "big") if named is None else named.encode("utf-8", "replace")
         index, count = self._shard
         return zlib.crc32(key) % count == index
 
