@@ -22,8 +22,22 @@ from typing import IO, Any
 
 from otel_guard.otlp_json import MalformedInput, OtlpJsonReader
 from otel_guard.reducer import BATCH_THRESHOLD, THRESHOLD, parse_mode
-from otel_guard.replay import SWEEP_THRESHOLDS, Replayer
-from otel_guard.report import BOUNDS, ReportMismatch, merge_reports, printable, render_text
+from otel_guard.replay import (
+    DEFAULT_MAX_OPEN_TRACES,
+    DEFAULT_MAX_TRACE_SPANS,
+    SWEEP_THRESHOLDS,
+    Replayer,
+)
+from otel_guard.report import (
+    BOUNDS,
+    DAY_LIMIT,
+    GROUP_LIMIT,
+    TIMELINE_LIMIT,
+    ReportMismatch,
+    merge_reports,
+    printable,
+    render_text,
+)
 from otel_guard.version import __version__
 
 __all__ = ["main"]
@@ -197,9 +211,14 @@ def _replay(args: argparse.Namespace) -> int:
     }
     with _bulk_collection():
         if args.jobs > 1:
-            document, error, interrupted = _replay_sharded(
-                args.mode, options, args.files, args.jobs
-            )
+            try:
+                document, error, interrupted = _replay_sharded(
+                    args.mode, options, args.files, args.jobs
+                )
+            except KeyboardInterrupt:
+                # The processes were stopped before they reported: nothing to merge.
+                print("interrupted", file=sys.stderr)
+                return EXIT_INTERRUPTED
         else:
             document, error, interrupted = _replay_files(args.mode, options, args.files)
     status = EXIT_OK
@@ -256,11 +275,23 @@ def _replay_sharded(
         return replay_sharded(named, mode, options, jobs)
 
 
+_BOUND_VALUES = {
+    "trace_spans": DEFAULT_MAX_TRACE_SPANS,
+    "open_traces": DEFAULT_MAX_OPEN_TRACES,
+    "report_groups": GROUP_LIMIT,
+    "report_days": DAY_LIMIT,
+    "timeline": TIMELINE_LIMIT,
+}
+
+
 def _print_bounds(document: dict[str, Any]) -> None:
-    """One line on stderr per bound the replay hit: the report is complete but coarser."""
+    """One line on stderr per bound the replay hit: the totals stay exact, the detail coarser."""
     for name, count in document.get("bounds", {}).items():
-        if count:
-            print(f"replay: bound hit {count} times: {BOUNDS[name]}", file=sys.stderr)
+        if count and name in BOUNDS:
+            print(
+                f"replay: {BOUNDS[name]} ({_BOUND_VALUES[name]:,}), {count:,} times",
+                file=sys.stderr,
+            )
 
 
 def _output(document: dict[str, Any], output_format: str, html: str | None, status: int) -> int:

@@ -72,11 +72,12 @@ SAMPLES: Final = ("warned_prompts", "would_stop_prompts", "stopped_prompts")
 SAVED_KEYS: Final = ("tool_calls", "model_calls", "input_tokens", "output_tokens")
 
 BOUNDS: Final[Mapping[str, str]] = {
-    "trace_spans": "traces replayed in parts: more spans buffered than the per-trace bound",
-    "open_traces": "traces replayed before their root: more traces open than the bound",
-    "report_groups": "resources counted under group 'other': more groups than the bound",
-    "report_days": "batches counted under day 'other': more days than the bound",
-    "timeline": "decisions left out of the timeline: more hour buckets than the bound",
+    "trace_spans": "a trace was replayed in parts: more of its spans buffered than the bound",
+    "open_traces": "a trace was replayed before its root: more traces open than the bound",
+    "report_groups": "a resource was counted under group 'other': more environment/version "
+    "groups than the bound",
+    "report_days": "a batch was counted under day 'other': more days than the bound",
+    "timeline": "a decision was left out of the timeline: more hour buckets than the bound",
 }
 """Bounds that keep a replay's memory independent of its input, by report key."""
 
@@ -409,7 +410,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     bounds = document.get("bounds", {})
     if any(bounds.values()):
         lines.append("")
-        lines.append("bounds hit (memory stays bounded; see the counts' meaning)")
+        lines.append("bounds hit (memory stays bounded; totals stay exact)")
         for name, description in BOUNDS.items():
             if bounds.get(name):
                 lines.append(f"  {bounds[name]:>6}  {description}")

@@ -233,7 +233,7 @@ def test_a_trace_beyond_the_span_bound_is_replayed_in_parts_and_says_so(
     report = replayer.finish().to_json()
     assert report["bounds"]["trace_spans"] == 2
     assert (report["spans"], report["traces"]) == (25, 3)
-    assert "     2  traces replayed in parts" in render_text(report)
+    assert "     2  a trace was replayed in parts" in render_text(report)
     # The command's default bound is far above this input: nothing to say.
     code, document, err = cli_json(capsys, str(write_lines(tmp_path / "t.jsonl", spans)))
     assert (code, err, document["bounds"]["trace_spans"]) == (0, "", 0)
@@ -258,8 +258,8 @@ def test_groups_beyond_the_bound_fold_into_other_with_exact_totals(
     code, report, err = cli_json(capsys, str(path))
     assert code == 0
     assert err == (
-        "replay: bound hit 5 times: resources counted under group 'other': more groups than "
-        "the bound\n"
+        "replay: a resource was counted under group 'other': more environment/version groups "
+        "than the bound (1,000), 5 times\n"
     )
     groups = report["groups"]
     assert len(groups) == GROUP_LIMIT + 1
