@@ -235,12 +235,14 @@ class GuardReport:
     # -- input -----------------------------------------------------------------------------
 
     def count_span(self, span: ReadableSpan) -> None:
-        self.count_spans(span.resource, 1)
+        self.count_spans(span.resource, 1, span.start_time or 0)
 
-    def count_spans(self, resource: Resource, count: int) -> None:
-        """Count ``count`` spans read with ``resource``."""
+    def count_spans(self, resource: Resource, count: int, time_ns: int | None = None) -> None:
+        """Count ``count`` spans read with ``resource``, on the day of ``time_ns`` if given."""
         self.total["spans"] += count
         self._resource_group(resource)[1]["spans"] += count
+        if time_ns is not None:
+            self._day(time_ns)["spans"] += count
 
     def _resource_group(self, resource: Resource) -> tuple[Group, dict[str, Any]]:
         # Readers share one Resource object per distinct resource: look its group up once.
@@ -644,7 +646,7 @@ class _Trace:
         # Span ID -> span, in the order read: the replay's tie-break, and the parent look-up.
         self.spans: dict[int, _Buffered] = {}
         self.start = start  # the earliest start time read
-        self.duplicates: list[Resource] = []  # the resources of spans read again
+        self.duplicates: list[tuple[Resource, int]] = []  # spans read again: resource, start
 
     def spans_read(self) -> Iterator[ReadableSpan]:
         return (buffered[0] for buffered in self.spans.values())
@@ -757,14 +759,14 @@ class Replayer:
                         # Export is at-least-once: a retried request repeats spans already read.
                         if replayed[0]:
                             self.report.duplicate_spans += 1
-                            self.report.count_spans(span._resource, 1)
+                            self.report.count_spans(span._resource, 1, start)
                         continue
                     if len(traces) >= self._max_open:
                         self._replay(next(iter(traces)), bound="open_traces")
                     trace = traces[trace_id] = _Trace(start)
                 buffered = trace.spans
                 if key in buffered:
-                    trace.duplicates.append(span._resource)
+                    trace.duplicates.append((span._resource, start))
                     continue
                 if start < trace.start:
                     trace.start = start
@@ -854,20 +856,23 @@ class Replayer:
         if bound is not None:
             report.bounds[bound] += 1
         report.traces += 1
-        # Spans are counted per run of one resource: a line's spans usually share it.
+        # Spans are counted per run of one resource and UTC day (of the span's start): a
+        # trace's spans usually share both.
         resource: Resource | None = None
+        day = -1
         run = 0
         for buffered in trace.spans.values():
-            if buffered[0]._resource is not resource:
+            here = buffered[3] // _NANOS_PER_DAY
+            if buffered[0]._resource is not resource or here != day:
                 if resource is not None:
-                    report.count_spans(resource, run)
-                resource, run = buffered[0]._resource, 0
+                    report.count_spans(resource, run, day * _NANOS_PER_DAY)
+                resource, day, run = buffered[0]._resource, here, 0
             run += 1
         if resource is not None:
-            report.count_spans(resource, run)
-        for duplicate in trace.duplicates:
+            report.count_spans(resource, run, day * _NANOS_PER_DAY)
+        for duplicate, start in trace.duplicates:
             report.duplicate_spans += 1
-            report.count_spans(duplicate, 1)
+            report.count_spans(duplicate, 1, start)
         by_id = trace.spans
         events = _events(list(by_id.values()), by_id)
         model_calls: dict[int, str] = {}

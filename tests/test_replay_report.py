@@ -183,6 +183,8 @@ def test_counts_break_down_by_utc_day_of_the_batch() -> None:
     # The first prompt's batches straddle midnight only if they took a second: they do not.
     assert list(days) == ["2025-11-30", "2025-12-01"]
     assert (days["2025-11-30"]["prompts"], days["2025-11-30"]["batches"]) == (1, 3)
+    assert days["2025-11-30"]["spans"] == len(first)
+    assert days["2025-12-01"]["spans"] == len(second)
     assert days["2025-11-30"]["prompts_would_stop"] == 1
     assert (days["2025-12-01"]["prompts"], days["2025-12-01"]["decisions"]["tracked"]) == (1, 1)
     assert [e["hour"] for e in report["timeline"]] == ["2025-11-30T23:00Z", "2025-12-01T01:00Z"]
