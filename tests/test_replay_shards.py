@@ -144,3 +144,25 @@ def test_jobs_read_standard_input_once(prompts_file: Path) -> None:
     got = json.loads(piped.stdout)
     assert got.pop("files") == ["-"] and expected.pop("files") == [str(prompts_file)]
     assert got == expected
+
+
+def test_merge_writes_the_html_report_of_the_merged_shards(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("plotly", reason="the html extra (plotly) is not installed")
+    paths = []
+    for index in range(2):
+        document = replay_shard([str(prompts_file)], "shadow", {"sweep": (4, 8)}, index, 2)
+        path = tmp_path / f"shard-{index}.json"
+        path.write_text(json.dumps(document.document), encoding="utf-8")
+        paths.append(str(path))
+    page = tmp_path / "merged.html"
+    assert main(["merge", "--html", str(page), *paths]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    text = page.read_text(encoding="utf-8")
+    # Three plots, the totals of the merged report, and plotly inlined once.
+    assert text.count('class="plotly-graph-div"') == 3
+    assert (
+        f"<td>prompts would_stop / stopped</td><td>{merged['prompts_would_stop']} / 0</td>" in text
+    )
+    assert text.count("window.PlotlyConfig") == 1 and "* plotly.js v" in text
