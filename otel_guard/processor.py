@@ -252,6 +252,9 @@ class GuardSpanProcessor(SpanProcessor):
         listener: called with a :class:`BatchEvaluation` after every evaluated batch, outside
             the guard's lock; its exceptions are counted as ``internal_error``.
         clock: monotonic seconds, for the TTL.
+        reducer: the decision function; :func:`~otel_guard.reducer.reduce` unless a replay asks
+            what other constants would have done
+            (:func:`~otel_guard.reducer.reduce_with_thresholds`). Analysis only.
 
     The processor never raises into ``span.end()``; every exception it catches is counted as an
     ``internal_error`` diagnostic.
@@ -295,6 +298,7 @@ class GuardSpanProcessor(SpanProcessor):
         max_call_bytes: int = DEFAULT_MAX_CALL_BYTES,
         listener: BatchListener | None = None,
         clock: Callable[[], float] = time.monotonic,
+        reducer: Callable[[GuardState, GuardInput], Decision] = reduce,
     ) -> None:
         if max_prompts < 1:
             raise ValueError("max_prompts must be at least 1")
@@ -315,6 +319,7 @@ class GuardSpanProcessor(SpanProcessor):
         self._max_dropped = 4 * max_prompts
         self._listener = listener
         self._clock = clock
+        self._reduce = reducer  # the replay's what-if swaps in other constants; never live
         self._lock = threading.Lock()
         # Every prompt with a state, least recently active first (the TTL pops from the front).
         self._prompts: OrderedDict[str, _Prompt] = OrderedDict()
@@ -778,7 +783,7 @@ class GuardSpanProcessor(SpanProcessor):
             ),
         )
         before = prompt.state
-        decision = reduce(before, guard_input)
+        decision = self._reduce(before, guard_input)
         kind, after, reason = decision
         prompt.state = after
         prompt.pending = None  # an action not taken before this batch settled is stale
