@@ -108,14 +108,15 @@ def install_guard(
     extra_keys: Iterable[str] = (),
     extra_patterns: Iterable[str] = (),
     allow_keys: Iterable[str] | None = None,
+    pseudonym_key: bytes | str | None = None,
     set_global: bool = True,
 ) -> GuardInstallation:
     """Build tracer, meter and logger providers that export over OTLP, with the guard installed.
 
     * Spans go through a :class:`GuardSpanProcessor` (``mode`` as for it: the environment decides
       when omitted) and a ``BatchSpanProcessor`` whose exporter is a
-      :class:`RedactingSpanExporter` (``extra_keys``, ``extra_patterns``, ``allow_keys`` as for
-      it) around the OTLP span exporter.
+      :class:`RedactingSpanExporter` (``extra_keys``, ``extra_patterns``, ``allow_keys``,
+      ``pseudonym_key`` as for it) around the OTLP span exporter.
     * Guard metrics go through a ``PeriodicExportingMetricReader`` (interval from
       ``OTEL_METRIC_EXPORT_INTERVAL``) to the OTLP metric exporter; guard logs through a
       ``BatchLogRecordProcessor`` to the OTLP log exporter.
@@ -150,6 +151,7 @@ def install_guard(
         extra_keys=extra_keys,
         extra_patterns=extra_patterns,
         allow_keys=allow_keys,
+        pseudonym_key=pseudonym_key,
     )
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(guard)
