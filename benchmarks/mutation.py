@@ -61,6 +61,8 @@ TARGETS: dict[str, Target] = {
             "tests/test_processor_robustness.py",
             "tests/test_batch_assembly.py",
             "tests/test_processor_boundaries.py",
+            "tests/test_processor_state_loss.py",
+            "tests/test_processor_memory.py",
         ),
         1800,
     ),
@@ -76,7 +78,12 @@ TARGETS: dict[str, Target] = {
     ),
     "redaction": Target(
         ("otel_guard/redaction.py", "otel_guard/sensitive.py"),
-        ("tests/test_redaction.py", "tests/test_redaction_edges.py", "tests/test_privacy.py"),
+        (
+            "tests/test_redaction.py",
+            "tests/test_redaction_edges.py",
+            "tests/test_redaction_corpus.py",
+            "tests/test_privacy.py",
+        ),
         1200,
     ),
     "readers": Target(
@@ -85,6 +92,7 @@ TARGETS: dict[str, Target] = {
             "tests/test_otlp_json.py",
             "tests/test_otlp_json_errors.py",
             "tests/test_otlp_json_writer.py",
+            "tests/test_trace_input.py",
         ),
         2400,
     ),
