@@ -484,6 +484,8 @@ class GuardPipeline:
             logger_provider=self.logger_provider,
             listener=self._observe,
             clock=self._clock if host else time.monotonic,
+            # One thread reads the file and runs the guard: a worker would only add hand-offs.
+            background_telemetry=False,
         )
 
     def _clock(self) -> float:

@@ -144,6 +144,7 @@ class Harness:
     # -- reading telemetry -------------------------------------------------------------------
 
     def points(self, name: str = DECISIONS_METRIC) -> list[tuple[dict[str, Any], int]]:
+        self.guard.force_flush()
         data = self.metric_reader.get_metrics_data()
         found: list[tuple[dict[str, Any], int]] = []
         if data is None:
@@ -171,6 +172,7 @@ class Harness:
         return counts
 
     def logs(self, event_name: str | None = None) -> list[ReadableLogRecord]:
+        self.guard.force_flush()  # the guard emits its records off the agent's thread
         records = list(self.log_exporter.get_finished_logs())
         if event_name is None:
             return records
