@@ -28,7 +28,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from opentelemetry import context as context_api
 from opentelemetry._logs import LoggerProvider
@@ -59,7 +59,7 @@ from otel_guard.telemetry import (
     decision_value,
 )
 
-__all__ = ["BatchEvaluation", "GuardAction", "GuardSpanProcessor"]
+__all__ = ["ANY_VALUE", "BatchEvaluation", "GuardAction", "GuardSpanProcessor", "Interest"]
 
 _logger = logging.getLogger(__name__)
 
@@ -79,6 +79,13 @@ _SPAN_ID: Final = _sdk.SPAN_ID
 # Builds a named tuple from a tuple of its fields without the Python-level call its own
 # constructor is: three to five per settled batch, measured at about 1% of the tool-heavy agent.
 _new = tuple.__new__
+
+
+ANY_VALUE: Final = object()
+"""In an :data:`Interest`, matches any value of the key."""
+Interest = tuple[tuple[str, object], ...]
+"""(attribute key, value) pairs: a span with any of them (any value for :data:`ANY_VALUE`) may be
+the guard's; a span with none of them is not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +194,16 @@ class GuardSpanProcessor(SpanProcessor):
     The processor never raises into ``span.end()``; every exception it catches is counted as an
     ``internal_error`` diagnostic.
     """
+
+    START_INTEREST: ClassVar[Interest] = ((attr.PROMPT_ID, ANY_VALUE),)
+    """Spans whose ``on_start`` can matter: prompt and batch spans carry the prompt ID."""
+    END_INTEREST: ClassVar[Interest] = (
+        (attr.OPERATION_NAME, attr.EXECUTE_TOOL),
+        (attr.PROMPT_ID, ANY_VALUE),
+    )
+    """Spans whose ``on_end`` can matter: tool calls, and prompt and batch spans. The fused
+    dispatch (:mod:`otel_guard.dispatch`) calls the hooks for these spans only; keep both in step
+    with the hooks."""
 
     def __init__(
         self,
