@@ -77,7 +77,8 @@ _attribute_dict = _sdk.attribute_dict
 _span_context = _sdk.context
 _SPAN_ID: Final = _sdk.SPAN_ID
 # Builds a named tuple from a tuple of its fields without the Python-level call its own
-# constructor is: three to five per settled batch, measured at about 1% of the tool-heavy agent.
+# constructor is (72 ns instead of 302 ns each): five per settled batch of three calls, 1.6% of
+# the tool-heavy agent's thread CPU.
 _new = tuple.__new__
 
 
