@@ -6,7 +6,7 @@ pending action ``take_action`` returns; telemetry is handed to :class:`GuardTele
 guard's lock is released, and by default emitted by its worker thread (``force_flush()`` and
 ``shutdown()`` deliver what is still pending).
 
-Span identification (SPEC section 3), decided when a span starts:
+Span identification (docs/contract.md section 3), decided when a span starts:
 
 * ``gen_ai.operation.name == "execute_tool"``: a tool-call span, kept when it ends under an open
   batch span; its attributes are read when the batch span ends, in call start order (a call ID
@@ -101,9 +101,9 @@ class GuardAction:
 class BatchEvaluation:
     """One batch the guard evaluated, for in-process listeners (the CLI's replay report).
 
-    ``decision`` is the reducer's decision; ``decision_value`` is the SPEC section 5 value that
-    was emitted (``None`` for ``none``), which differs from the reducer's kind when a ``stop`` is
-    recorded as ``would_stop`` because the host never took the reminder.
+    ``decision`` is the reducer's decision; ``decision_value`` is the value of docs/contract.md
+    section 5 that was emitted (``None`` for ``none``), which differs from the reducer's kind when
+    a ``stop`` is recorded as ``would_stop`` because the host never took the reminder.
     """
 
     prompt_id: str
