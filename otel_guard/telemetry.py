@@ -359,18 +359,16 @@ class GuardTelemetry:
         with self._lock:
             if self._worker is not None or self._closed:
                 return
-            worker = threading.Thread(target=self._run, name="otel_guard telemetry", daemon=True)
+            worker = threading.Thread(
+                target=_work,
+                args=(weakref.ref(self), self._wake),
+                name="otel_guard telemetry",
+                daemon=True,
+            )
             self._worker = worker
         worker.start()
 
     # -- emitting (the worker, or the caller of flush) ---------------------------------------
-
-    def _run(self) -> None:
-        wake = self._wake
-        while not self._closed:
-            wake.wait(_INTERVAL_SECONDS)
-            wake.clear()
-            self.flush()
 
     def flush(self) -> None:
         """Emit everything handed over so far, on the caller's thread."""
@@ -533,6 +531,21 @@ class GuardTelemetry:
         # Only the failing component is named, never the data: this text may reach a log file.
         _logger.debug("otel_guard: telemetry emission failed (%s)", what, exc_info=False)
         return False
+
+
+def _work(ref: weakref.ref[GuardTelemetry], wake: threading.Event) -> None:
+    """The worker's loop. It holds its telemetry only weakly: a guard dropped without
+    ``shutdown()`` is still collected, and its worker then ends."""
+    while True:
+        wake.wait(_INTERVAL_SECONDS)
+        telemetry = ref()
+        if telemetry is None:
+            return
+        wake.clear()
+        telemetry.flush()
+        if telemetry._closed:
+            return
+        del telemetry
 
 
 _LIVE: weakref.WeakSet[GuardTelemetry] = weakref.WeakSet()

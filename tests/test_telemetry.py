@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from typing import Any
@@ -216,3 +217,15 @@ def test_diagnostic_records_are_still_emitted_in_order() -> None:
     h.failing_batches("c", 1)
     evicted = [(r.log_record.attributes or {}).get("prompt_id") for r in h.logs(DIAGNOSTIC_EVENT)]
     assert evicted == ["a", "b"]
+
+
+def test_the_worker_of_a_guard_dropped_without_shutdown_ends() -> None:
+    meter_provider, _, logger_provider = _providers()
+    telemetry = GuardTelemetry(meter_provider, logger_provider)
+    telemetry.diagnostic("late_span", "p")
+    worker = telemetry._worker
+    assert worker is not None and worker.is_alive()
+    del telemetry
+    gc.collect()
+    worker.join(timeout=30)  # it wakes within its interval and finds its telemetry gone
+    assert not worker.is_alive()
