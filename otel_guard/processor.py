@@ -145,9 +145,9 @@ class _OpenBatch:
 
     def __init__(self, prompt_id: str) -> None:
         self.prompt_id = prompt_id
-        # (start time, arrival, span) of each tool-call span that ended under this batch: read
-        # once, when the batch ends, in call start order.
-        self.calls: list[tuple[int, int, ReadableSpan]] = []
+        # The tool-call spans that ended under this batch, in the order they ended: read once,
+        # when the batch ends, in call start order.
+        self.calls: list[ReadableSpan] = []
         self.overflow = False
         self.closed = False
 
@@ -161,6 +161,10 @@ _Emission = (
     tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None]
     | tuple[Literal["transition"], Transition, int | None]
 )
+
+
+def _start_time_or_zero(span: ReadableSpan) -> int:
+    return span.start_time or 0
 
 
 def _opted_out(attributes: Mapping[str, Any]) -> bool:
@@ -426,10 +430,8 @@ class GuardSpanProcessor(SpanProcessor):
         # Only kept here; the span's attributes are read when its batch ends, in one pass.
         try:
             parent = _sdk.parent(span)
-            start_time = _sdk.start_time(span)
         except AttributeError:
             parent = span.parent
-            start_time = span.start_time
         if parent is None:
             return
         batch = self._tracked.get(parent[_SPAN_ID])
@@ -444,7 +446,7 @@ class GuardSpanProcessor(SpanProcessor):
             if batch.closed:
                 diagnostic = "late_span"  # its batch span ended while this call was settling
             elif len(calls) < self._max_calls:
-                calls.append((start_time or 0, len(calls), span))
+                calls.append(span)
                 return
             elif not batch.overflow:
                 batch.overflow = True
@@ -459,12 +461,16 @@ class GuardSpanProcessor(SpanProcessor):
         every call carried a usable ID."""
         calls = batch.calls
         if len(calls) > 1:
-            calls.sort()  # start time, then arrival (unique, so spans are never compared)
+            # A stable sort: calls that started at the same time keep the order they ended in.
+            try:
+                calls.sort(key=_sdk.start_time)
+            except (AttributeError, TypeError):  # not the SDK's field, or a span never started
+                calls.sort(key=_start_time_or_zero)
         observations: list[Observation] = []
         call_ids: set[str] = set()
         well_formed = True
         new = _new
-        for _, _, span in calls:
+        for span in calls:
             try:
                 attributes = _attribute_dict(span)
             except AttributeError:
