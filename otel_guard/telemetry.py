@@ -366,7 +366,11 @@ class GuardTelemetry:
                 daemon=True,
             )
             self._worker = worker
-        worker.start()
+        try:
+            worker.start()
+        except RuntimeError:  # no new threads (the interpreter is exiting): emit here instead
+            self._background = False
+            self.flush()
 
     # -- emitting (the worker, or the caller of flush) ---------------------------------------
 

@@ -229,3 +229,16 @@ def test_the_worker_of_a_guard_dropped_without_shutdown_ends() -> None:
     gc.collect()
     worker.join(timeout=30)  # it wakes within its interval and finds its telemetry gone
     assert not worker.is_alive()
+
+
+def test_without_a_worker_thread_records_are_emitted_on_the_callers_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    h = Harness(mode="shadow")
+    h.failing_batches("p", 2)
+    assert len(h.log_exporter.get_finished_logs()) == 2  # no flush needed: emitted in end()
+    assert h.guard.diagnostics() == {}
