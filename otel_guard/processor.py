@@ -71,10 +71,7 @@ DEFAULT_MAX_CALLS_PER_BATCH = 1_024
 MAX_TOOL_NAME_LENGTH = 256
 MAX_CALL_ID_LENGTH = 256
 
-# The SDK's private span fields, read through one module (see otel_guard._sdkfields): bound here
-# once because on_start and on_end run inside every span of the host.
-_attribute_dict = _sdk.attribute_dict
-_span_context = _sdk.context
+# The SDK's private span fields are read through otel_guard._sdkfields (_sdk), and nowhere else.
 _SPAN_ID: Final = _sdk.SPAN_ID
 # Builds a named tuple from a tuple of its fields without the Python-level call its own
 # constructor is (72 ns instead of 302 ns each): five per settled batch of three calls, 1.6% of
@@ -300,7 +297,7 @@ class GuardSpanProcessor(SpanProcessor):
             return
         try:
             try:
-                attributes = _attribute_dict(span)
+                attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _sdk.attributes(span)
             # Only prompt and batch spans matter here, and both carry the prompt ID from their
@@ -323,7 +320,7 @@ class GuardSpanProcessor(SpanProcessor):
             return
         try:
             try:
-                attributes = _attribute_dict(span)
+                attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _sdk.attributes(span)
             if attributes.get(attr.OPERATION_NAME) == attr.EXECUTE_TOOL:
@@ -332,7 +329,7 @@ class GuardSpanProcessor(SpanProcessor):
             if attr.PROMPT_ID not in attributes:
                 return  # neither a prompt nor a batch span: the common case ends here
             try:
-                context = _span_context(span)
+                context = _sdk.context(span)
             except AttributeError:
                 context = span.context
             if context is None or context[_SPAN_ID] not in self._tracked:
@@ -472,7 +469,7 @@ class GuardSpanProcessor(SpanProcessor):
         new = _new
         for span in calls:
             try:
-                attributes = _attribute_dict(span)
+                attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _sdk.attributes(span)
             get = attributes.get
@@ -520,7 +517,7 @@ class GuardSpanProcessor(SpanProcessor):
         if len(ended) > _ENDED_BATCHES:
             ended.popitem(last=False)
         try:
-            attributes = _attribute_dict(span)
+            attributes = _sdk.attribute_dict(span)
         except AttributeError:
             attributes = _sdk.attributes(span)
         if attr.BATCH_ADMITTED not in attributes:
