@@ -304,6 +304,9 @@ class GuardTelemetry:
         self._dropped_unreported = 0
         # Held while records are emitted, so that records leave in the order they were queued.
         self._emitting = threading.Lock()
+        # The thread emitting now: a log pipeline that collects the guard's metrics while it
+        # exports re-enters flush() through the counters' callback, on that thread.
+        self._emitter: int | None = None
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         self._closed = False
@@ -341,8 +344,7 @@ class GuardTelemetry:
 
     def _put(self, item: _Item) -> None:
         if not self._background or self._closed:
-            with self._emitting:
-                self._emit_item(item)
+            self._emit_now(item)
             return
         pending = self._pending
         if len(pending) >= self._max_pending:
@@ -374,16 +376,39 @@ class GuardTelemetry:
 
     # -- emitting (the worker, or the caller of flush) ---------------------------------------
 
+    def _emit_now(self, item: _Item) -> None:
+        me = threading.get_ident()
+        if self._emitter == me:  # handed over from inside an emission on this thread
+            self._emit_item(item)
+            return
+        with self._emitting:
+            self._emitter = me
+            try:
+                self._emit_item(item)
+            finally:
+                self._emitter = None
+
     def flush(self) -> None:
-        """Emit everything handed over so far, on the caller's thread."""
+        """Emit everything handed over so far, on the caller's thread.
+
+        Called again from inside an emission on the same thread, it returns at once: the outer
+        call delivers the rest.
+        """
+        me = threading.get_ident()
+        if self._emitter == me:
+            return
         try:
             with self._emitting:
-                pending = self._pending
-                while pending:
-                    self._emit_item(pending.popleft())
-                dropped, self._dropped_unreported = self._dropped_unreported, 0
-                if dropped:
-                    self._report_dropped(dropped)
+                self._emitter = me
+                try:
+                    pending = self._pending
+                    while pending:
+                        self._emit_item(pending.popleft())
+                    dropped, self._dropped_unreported = self._dropped_unreported, 0
+                    if dropped:
+                        self._report_dropped(dropped)
+                finally:
+                    self._emitter = None
         except Exception:  # an emission bug must not kill the worker or the caller
             self._failed("flush")
 
@@ -405,6 +430,7 @@ class GuardTelemetry:
         self._pending = deque()
         self._dropped_unreported = 0
         self._emitting = threading.Lock()
+        self._emitter = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._worker = None

@@ -242,3 +242,37 @@ def test_without_a_worker_thread_records_are_emitted_on_the_callers_thread(
     h.failing_batches("p", 2)
     assert len(h.log_exporter.get_finished_logs()) == 2  # no flush needed: emitted in end()
     assert h.guard.diagnostics() == {}
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_a_log_pipeline_that_collects_the_guard_metrics_while_exporting_does_not_deadlock(
+    background: bool,
+) -> None:
+    h = Harness(mode="shadow", background_telemetry=background)
+
+    class Collecting(LogRecordProcessor):
+        def __init__(self) -> None:
+            self.collected = 0
+
+        def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+            h.metric_reader.get_metrics_data()  # re-enters the guard's flush on this thread
+            self.collected += 1
+
+        def shutdown(self) -> None:
+            pass
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    collecting = Collecting()
+    h.logger_provider.add_log_record_processor(collecting)
+    producer = threading.Thread(target=h.failing_batches, args=("p", 3), daemon=True)
+    producer.start()
+    producer.join(timeout=30)
+    assert not producer.is_alive()
+    flusher = threading.Thread(target=h.guard.force_flush, daemon=True)
+    flusher.start()
+    flusher.join(timeout=30)
+    assert not flusher.is_alive()
+    assert collecting.collected == 3
+    assert h.decision_counts() == {"tracked": 1, "would_warn": 1, "would_stop": 1}
