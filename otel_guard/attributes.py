@@ -11,11 +11,13 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _g
 
 __all__ = [
     "BATCH_ADMITTED",
+    "CONVERSATION_ID",
     "EXECUTE_TOOL",
     "INPUT_EXTERNAL",
     "INPUT_QUEUED_PROMPT",
     "INPUT_RELIABLE",
     "INVOKE_AGENT",
+    "MODEL_OPERATIONS",
     "OPERATION_NAME",
     "PROMPT_CHANNEL",
     "PROMPT_ID",
@@ -29,6 +31,8 @@ __all__ = [
     "TOOL_PROVIDER_DUPLICATE",
     "TOOL_STATUS",
     "TOOL_TYPE",
+    "USAGE_INPUT_TOKENS",
+    "USAGE_OUTPUT_TOKENS",
 ]
 
 # OpenTelemetry GenAI semantic conventions.
@@ -59,3 +63,9 @@ TOOL_STATUS: Final = "acp.tool.status"
 TOOL_EXECUTION_STATUS: Final = "acp.tool.execution.status"
 TOOL_EXECUTION_ERROR_TYPE: Final = "acp.tool.execution.error_type"
 TOOL_PROVIDER_DUPLICATE: Final = "acp.tool.provider_duplicate"
+
+# Model calls, read by the replay report only: the work a stop would have saved.
+MODEL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
+USAGE_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_INPUT_TOKENS  # "gen_ai.usage.input_tokens"
+USAGE_OUTPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS  # "gen_ai.usage.output_tokens"
+CONVERSATION_ID: Final = _gen_ai.GEN_AI_CONVERSATION_ID  # "gen_ai.conversation.id"

@@ -109,6 +109,7 @@ def install_guard(
     extra_keys: Iterable[str] = (),
     extra_patterns: Iterable[str] = (),
     allow_keys: Iterable[str] | None = None,
+    pseudonym_key: bytes | str | None = None,
     set_global: bool = True,
     fused_dispatch: bool = True,
 ) -> GuardInstallation:
@@ -116,8 +117,8 @@ def install_guard(
 
     * Spans go through a :class:`GuardSpanProcessor` (``mode`` as for it: the environment decides
       when omitted) and a ``BatchSpanProcessor`` whose exporter is a
-      :class:`RedactingSpanExporter` (``extra_keys``, ``extra_patterns``, ``allow_keys`` as for
-      it) around the OTLP span exporter.
+      :class:`RedactingSpanExporter` (``extra_keys``, ``extra_patterns``, ``allow_keys``,
+      ``pseudonym_key`` as for it) around the OTLP span exporter.
     * Guard metrics go through a ``PeriodicExportingMetricReader`` (interval from
       ``OTEL_METRIC_EXPORT_INTERVAL``) to the OTLP metric exporter; guard logs through a
       ``BatchLogRecordProcessor`` to the OTLP log exporter.
@@ -155,6 +156,7 @@ def install_guard(
         extra_keys=extra_keys,
         extra_patterns=extra_patterns,
         allow_keys=allow_keys,
+        pseudonym_key=pseudonym_key,
     )
     tracer_provider = guarded_tracer_provider(guard, resource=resource, fused=fused_dispatch)
     tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))

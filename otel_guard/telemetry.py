@@ -40,14 +40,19 @@ from otel_guard.version import __version__
 __all__ = [
     "BATCH_COUNT_BUCKETS",
     "DECISIONS_METRIC",
+    "DECISION_ATTRIBUTE_VALUES",
     "DECISION_VALUES",
     "DIAGNOSTICS",
     "DIAGNOSTICS_METRIC",
     "DIAGNOSTIC_EVENT",
+    "EXECUTION_STATUSES",
     "FAILURE_COUNT_BUCKETS",
     "LOOP_EVENT",
     "LOOP_TYPE",
     "METRIC_ATTRIBUTE_VALUES",
+    "OBSERVATIONS_METRIC",
+    "OBSERVATION_ATTRIBUTE_VALUES",
+    "OBSERVATION_TOOL_TYPES",
     "ROUTE",
     "SCOPE_NAME",
     "TRANSITION_EVENT",
@@ -65,6 +70,7 @@ _logger = logging.getLogger(__name__)
 SCOPE_NAME: Final = "otel_guard"
 DECISIONS_METRIC: Final = "acp.repeated_tool_failure_guard.decisions"
 DIAGNOSTICS_METRIC: Final = "acp.repeated_tool_failure_guard.diagnostics"
+OBSERVATIONS_METRIC: Final = "acp.repeated_tool_failure_guard.observations"
 TRANSITION_EVENT: Final = "acp.repeated_tool_failure_guard.transition"
 DIAGNOSTIC_EVENT: Final = "acp.repeated_tool_failure_guard.diagnostic"
 LOOP_EVENT: Final = "acp.loop_detected"
@@ -81,12 +87,16 @@ Diagnostic = Literal[
     "expired",
     "internal_error",
     "telemetry_error",
+    "contract_violation",
+    "prompt_collision",
 ]
 
 DECISION_VALUES: Final[tuple[DecisionValue, ...]] = get_args(DecisionValue)
 DIAGNOSTICS: Final[tuple[Diagnostic, ...]] = get_args(Diagnostic)
 FAILURE_COUNT_BUCKETS: Final = ("0", "1-2", "3-4", "5-7", "8+")
 BATCH_COUNT_BUCKETS: Final = ("0", "1", "2", "3+")
+EXECUTION_STATUSES: Final = ("success", "error", "cancelled", "not_started", "unknown")
+OBSERVATION_TOOL_TYPES: Final = ("native", "mcp", "other")
 
 _DECISION_VALUE: Final[dict[DecisionKind, DecisionValue]] = {
     "reset": "reset",
@@ -97,7 +107,7 @@ _DECISION_VALUE: Final[dict[DecisionKind, DecisionValue]] = {
     "stop": "stopped",
 }
 
-METRIC_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
+DECISION_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "route": frozenset({ROUTE}),
     "mode": frozenset({"shadow", "warn", "enforce"}),
     "phase_before": frozenset({"idle", "tracking", "warned", "latched"}),
@@ -109,11 +119,28 @@ METRIC_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "terminal_status": frozenset({"error"}),
     "execution_status": frozenset({"error"}),
     "tool_type": frozenset({"native", "mcp"}),
+}
+"""The decisions counter's attribute keys, with their closed sets of values."""
+
+OBSERVATION_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
+    "execution_status": frozenset(EXECUTION_STATUSES),
+    "tool_type": frozenset(OBSERVATION_TOOL_TYPES),
+}
+"""The observations counter's attribute keys, with their closed sets of values."""
+
+METRIC_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
+    **DECISION_ATTRIBUTE_VALUES,
+    "execution_status": DECISION_ATTRIBUTE_VALUES["execution_status"]
+    | OBSERVATION_ATTRIBUTE_VALUES["execution_status"],
+    "tool_type": DECISION_ATTRIBUTE_VALUES["tool_type"] | OBSERVATION_ATTRIBUTE_VALUES["tool_type"],
     "diagnostic": frozenset(DIAGNOSTICS),
 }
-"""Every metric attribute key the guard can emit, with its closed set of values."""
+"""Every metric attribute key the guard can emit, over all its counters, with its closed set of
+values (per counter: :data:`DECISION_ATTRIBUTE_VALUES`, :data:`OBSERVATION_ATTRIBUTE_VALUES`,
+and ``diagnostic`` from :data:`DIAGNOSTICS`)."""
 
 _TOOL_TYPES: Final = frozenset({"native", "mcp"})
+_KNOWN_EXECUTION_STATUSES: Final = frozenset(EXECUTION_STATUSES)
 
 
 def decision_value(kind: DecisionKind) -> DecisionValue | None:
@@ -160,6 +187,8 @@ class Transition(NamedTuple):
     tool_type: str | None
     execution_error_type: str | None
     span_context: SpanContext | None
+    # When the transition happened: the end time of its batch span (ns since the epoch).
+    timestamp: int | None = None
 
     def metric_attributes(self) -> dict[str, str]:
         attributes = {
@@ -191,12 +220,14 @@ class _Counts:
     small. Guards sharing a provider share the table, as they would share a counter.
     """
 
-    __slots__ = ("decisions", "diagnostics", "lock", "sources")
+    __slots__ = ("decisions", "diagnostics", "lock", "observations", "sources")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.decisions: dict[tuple[tuple[str, str], ...], int] = {}
         self.diagnostics: dict[str, int] = {}
+        # (execution_status, tool_type) -> observations
+        self.observations: dict[tuple[str, str], int] = {}
         # Telemetry whose pending counts are delivered before each collection.
         self.sources: weakref.WeakSet[GuardTelemetry] = weakref.WeakSet()
 
@@ -216,6 +247,14 @@ class _Counts:
             counts = list(self.diagnostics.items())
         return [MetricObservation(value, {"diagnostic": name}) for name, value in counts]
 
+    def observe_observations(self, options: CallbackOptions) -> list[MetricObservation]:
+        with self.lock:
+            counts = list(self.observations.items())
+        return [
+            MetricObservation(value, {"execution_status": status, "tool_type": tool_type})
+            for (status, tool_type), value in counts
+        ]
+
 
 _SHARED_COUNTS: weakref.WeakKeyDictionary[MeterProvider, _Counts] = weakref.WeakKeyDictionary()
 _SHARED_COUNTS_LOCK = threading.Lock()
@@ -234,6 +273,12 @@ def _register(counts: _Counts, meter_provider: MeterProvider) -> None:
         callbacks=[counts.observe_diagnostics],
         unit="{diagnostic}",
         description="Repeated-tool-failure guard diagnostics.",
+    )
+    meter.create_observable_counter(
+        OBSERVATIONS_METRIC,
+        callbacks=[counts.observe_observations],
+        unit="{call}",
+        description="Tool calls observed in batches the repeated-tool-failure guard evaluated.",
     )
 
 
@@ -338,9 +383,21 @@ class GuardTelemetry:
         diagnostic: Diagnostic,
         prompt_id: str | None = None,
         span_context: SpanContext | None = None,
+        timestamp: int | None = None,
     ) -> None:
-        """Count one diagnostic and emit its log record."""
-        self._put(("diagnostic", diagnostic, prompt_id, span_context, time.time_ns()))
+        """Count one diagnostic and emit its log record.
+
+        ``timestamp`` is when it happened (ns since the epoch); now when omitted.
+        """
+        self._put(
+            (
+                "diagnostic",
+                diagnostic,
+                prompt_id,
+                span_context,
+                time.time_ns() if timestamp is None else timestamp,
+            )
+        )
 
     def _put(self, item: _Item) -> None:
         if not self._background or self._closed:
@@ -457,7 +514,7 @@ class GuardTelemetry:
             log_attributes["execution_error_type"] = transition.execution_error_type
         observed = time.time_ns()
         if timestamp is None:
-            timestamp = observed
+            timestamp = transition.timestamp if transition.timestamp is not None else observed
         ok = self._emit(
             TRANSITION_EVENT, log_attributes, transition.span_context, timestamp, observed
         )
@@ -479,6 +536,26 @@ class GuardTelemetry:
             )
         if not ok:
             self._report_failure()
+
+    def observations(self, counts: Mapping[tuple[str | None, str | None], int]) -> bool:
+        """Count the observations of one evaluated batch (the execution SLI's denominator).
+
+        ``counts`` maps each (execution status, tool type) pair as the spans carried them to
+        its number of observations. Each is counted once by ``execution_status`` (a value
+        outside the closed set, or none, is ``unknown``) and ``tool_type`` (``other`` unless
+        ``native`` or ``mcp``). The caller tallies raw pairs, so the closed sets are applied
+        here once per distinct pair rather than once per call.
+        """
+        table_counts = self._counts
+        with table_counts.lock:
+            table = table_counts.observations
+            for (status, tool_type), value in counts.items():
+                key = (
+                    status if status in _KNOWN_EXECUTION_STATUSES else "unknown",
+                    tool_type if tool_type in _TOOL_TYPES else "other",
+                )
+                table[key] = table.get(key, 0) + value
+        return True
 
     def _emit_diagnostic(
         self,
@@ -534,6 +611,13 @@ class GuardTelemetry:
         observed_timestamp: int,
         severity: SeverityNumber = SeverityNumber.INFO,
     ) -> bool:
+        """Emit one log record with both of its times set.
+
+        ``timestamp`` is when the event happened: for a transition, the end time of the batch
+        span that settled it, so the record sorts beside its batch in any backend (and a
+        replayed trace keeps its own times) even when emission comes later or from another
+        thread. ``observed_timestamp`` is when the guard built the record.
+        """
         if self._log is None:
             return True
         try:

@@ -14,7 +14,13 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_guard.telemetry import DIAGNOSTIC_EVENT, TRANSITION_EVENT, GuardTelemetry
+from otel_guard.telemetry import (
+    DECISIONS_METRIC,
+    DIAGNOSTIC_EVENT,
+    DIAGNOSTICS_METRIC,
+    TRANSITION_EVENT,
+    GuardTelemetry,
+)
 
 
 class ThreadRecorder(LogRecordProcessor):
@@ -72,6 +78,7 @@ def test_metric_collection_sees_counts_not_yet_flushed() -> None:
         for rm in data.resource_metrics
         for sm in rm.scope_metrics
         for m in sm.metrics
+        if m.name == DECISIONS_METRIC
         for p in m.data.data_points
     ]
     assert sum(points) == 3
@@ -119,6 +126,8 @@ def _diagnostic_counts(reader: InMemoryMetricReader) -> dict[str, int]:
     for rm in data.resource_metrics:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
+                if metric.name != DIAGNOSTICS_METRIC:
+                    continue
                 for point in metric.data.data_points:
                     name = str((point.attributes or {})["diagnostic"])
                     counts[name] = counts.get(name, 0) + int(point.value)  # type: ignore[union-attr]
