@@ -36,6 +36,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 
+from otel_guard import _sdkfields as _sdk
 from otel_guard import attributes as attr
 from otel_guard.mode import resolve_mode
 from otel_guard.reducer import (
@@ -211,21 +212,8 @@ _Emission = (
 )
 
 
-def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
-    """The span's attributes as cheaply as possible.
-
-    The SDK's public ``attributes`` property wraps the attribute store in a new mapping proxy on
-    every call and answers misses by raising ``KeyError`` internally, which costs about ten times
-    a dictionary look-up; on the hot path the store's own dictionary is read when it exists.
-    """
-    store = getattr(span, "_attributes", None)
-    if type(store) is dict:  # spans built from recorded data (replay) hold a plain dict
-        return store
-    inner = getattr(store, "_dict", None)
-    if isinstance(inner, dict):
-        return inner
-    public = span.attributes
-    return public if public is not None else _EMPTY
+# The slow path when a span lacks the SDK's private fields (otel_guard._sdkfields reads them).
+_attributes = _sdk.attributes
 
 
 def _opted_out(attributes: Mapping[str, Any]) -> bool:
@@ -411,7 +399,7 @@ class GuardSpanProcessor(SpanProcessor):
         try:
             # _attributes(span), inlined: on this path a call costs as much as the reads.
             try:
-                attributes = span._attributes._dict  # type: ignore[union-attr]
+                attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _attributes(span)
             # Only prompt and batch spans matter here, and both carry the prompt ID from their
@@ -434,7 +422,7 @@ class GuardSpanProcessor(SpanProcessor):
             return
         try:
             try:
-                attributes = span._attributes._dict  # type: ignore[union-attr]
+                attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _attributes(span)
             if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
@@ -443,7 +431,7 @@ class GuardSpanProcessor(SpanProcessor):
             if _PROMPT_ID not in attributes:
                 return  # neither a prompt nor a batch span: the common case ends here
             try:
-                context = span._context
+                context = _sdk.context(span)
             except AttributeError:
                 context = span.context
             if context is None or context[_SPAN_ID] not in self._tracked:
@@ -599,9 +587,9 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
-            parent = span._parent
-            start_time = span._start_time
-            context = span._context
+            parent = _sdk.parent(span)
+            start_time = _sdk.start_time(span)
+            context = _sdk.context(span)
         except AttributeError:
             parent = span.parent
             start_time = span.start_time
@@ -768,7 +756,7 @@ class GuardSpanProcessor(SpanProcessor):
         if len(ended) > _ENDED_BATCHES:
             ended.popitem(last=False)
         try:
-            attributes = span._attributes._dict  # type: ignore[union-attr]
+            attributes = _sdk.attribute_dict(span)
         except AttributeError:
             attributes = _attributes(span)
         if _BATCH_ADMITTED not in attributes:
