@@ -7,7 +7,8 @@ sessions through a real ``TracerProvider`` whose other processor discards spans:
 * ``without``: no guard;
 * ``logic``: the guard with no-op meter and logger providers (its own work only);
 * ``full``: the guard with real SDK providers (in-memory metric reader, synchronous in-memory
-  log exporter), so every transition's log record is built and exported in ``span.end()``.
+  log exporter), so every transition's log record is built and exported (by the guard's worker
+  thread; callgrind counts every thread, and the records still queued are flushed at the end).
 
 Each arm runs twice, with 0 and with ``--emissions`` emissions after a warm-up, and the
 difference is the emissions' cost, so interpreter start-up and imports cancel out.
@@ -48,8 +49,10 @@ def emit_arm(arm: str, profile_name: str, prompts: int, emissions: int) -> None:
     from otel_guard import GuardSpanProcessor
 
     sessions = workload.generate(PROFILES[profile_name], prompts)
+    pipeline: Pipeline | None = None
     if arm == "full":
-        provider = Pipeline(True).tracer_provider
+        pipeline = Pipeline(True)
+        provider = pipeline.tracer_provider
     else:
         provider = TracerProvider(resource=RESOURCE)
         if arm == "logic":
@@ -63,8 +66,14 @@ def emit_arm(arm: str, profile_name: str, prompts: int, emissions: int) -> None:
         provider.add_span_processor(SimpleSpanProcessor(DiscardingSpanExporter()))
     tracer = provider.get_tracer("agent")
     workload.emit(tracer, sessions, suffix="#warm")
+    if pipeline is not None:
+        pipeline.flush()  # the warm-up's records: emitted before the counted emissions
     for n in range(emissions):
         workload.emit(tracer, sessions, suffix=f"#{n}")
+    # Records are emitted by the guard's worker thread; callgrind counts every thread, and this
+    # delivers those still queued, so each arm pays for all of its records.
+    if pipeline is not None:
+        pipeline.flush()
 
 
 def _instructions(arm: str, profile: str, prompts: int, emissions: int) -> int:

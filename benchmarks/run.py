@@ -4,11 +4,12 @@ Run from the repository root after ``pip install .``::
 
     python benchmarks/run.py           # the full run (a few minutes at most)
     python benchmarks/run.py --quick   # a fast smoke run; its figures are indicative only
-    python benchmarks/run.py --replay-only   # only item 4, the replay throughput
+    python benchmarks/run.py --replay-only   # only item 6, the replay throughput
+    python benchmarks/run.py --hot-path-only # only items 1 to 4, the cost to the agent
 
 Every comparison is measured in the same run, with and without the guard interleaved, and
-reported as a ratio of medians so that the figures carry over between machines. See the README's
-"Performance" section for what each figure means and the setup behind it.
+reported as a ratio of medians so that the figures carry over between machines. See
+``benchmarks/README.md`` for what each figure means and the setup behind it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import set_span_in_context
@@ -53,6 +54,8 @@ RESOURCE = Resource.create({"service.name": "agent"})
 
 TARGET_TOOL_HEAVY = 1.10
 TARGET_TYPICAL = 1.03
+TARGET_PROCESS = 1.15
+TARGET_IGNORED_NS = 500.0
 TARGET_BYTES_PER_PROMPT = 2048
 TARGET_REPLAY_SPANS_PER_SECOND = 50_000
 REPLAY_BUDGET_SECONDS = 20.0
@@ -68,35 +71,98 @@ class DiscardingSpanExporter(SpanExporter):
         pass
 
 
+class FloorProcessor(SpanProcessor):
+    """The cheapest span processor Python can add: every hook does nothing."""
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+
+# The fused dispatch exists from this version on; the benchmarks also run on older checkouts.
+try:
+    from otel_guard.dispatch import GuardFirstSpanProcessor
+except ImportError:  # pragma: no cover - an older checkout
+    GuardFirstSpanProcessor = None  # type: ignore[assignment,misc]
+
+
 class Pipeline:
     """A real TracerProvider with a discarding exporter, with or without the guard.
 
     With the guard, its telemetry goes to a real SDK ``MeterProvider`` (in-memory reader) and
     ``LoggerProvider`` (synchronous in-memory exporter, cleared between repetitions).
+    ``arm`` is ``without`` (no guard), ``with`` (the guard added with ``add_span_processor``),
+    ``fused`` (the guard's dispatch in front of the provider's other processors) or ``floor``
+    (an empty Python processor in the guard's place).
     """
 
-    def __init__(self, guarded: bool, **guard_kwargs: Any) -> None:
-        self.tracer_provider = TracerProvider(resource=RESOURCE)
+    def __init__(self, guarded: bool | str, **guard_kwargs: Any) -> None:
+        arm = guarded if isinstance(guarded, str) else ("with" if guarded else "without")
+        self.arm = arm
         self.log_exporter = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+        self.meter_provider: MeterProvider | None = None
+        self.logger_provider: LoggerProvider | None = None
+        self.metric_reader: InMemoryMetricReader | None = None
         self.guard: GuardSpanProcessor | None = None
-        if guarded:
-            meter_provider = MeterProvider(
-                resource=RESOURCE, metric_readers=[InMemoryMetricReader()]
+        exporter = SimpleSpanProcessor(DiscardingSpanExporter())
+        if arm in ("with", "fused"):
+            self.metric_reader = InMemoryMetricReader()
+            self.meter_provider = MeterProvider(
+                resource=RESOURCE, metric_readers=[self.metric_reader]
             )
-            logger_provider = LoggerProvider(resource=RESOURCE)
-            logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.log_exporter))
+            self.logger_provider = LoggerProvider(resource=RESOURCE)
+            self.logger_provider.add_log_record_processor(
+                SimpleLogRecordProcessor(self.log_exporter)
+            )
             self.guard = GuardSpanProcessor(
                 mode="shadow",
-                meter_provider=meter_provider,
-                logger_provider=logger_provider,
+                meter_provider=self.meter_provider,
+                logger_provider=self.logger_provider,
                 **guard_kwargs,
             )
-            self.tracer_provider.add_span_processor(self.guard)
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(DiscardingSpanExporter()))
+        if arm == "fused":
+            if GuardFirstSpanProcessor is None:
+                raise RuntimeError("this version has no fused dispatch")
+            assert self.guard is not None
+            self.tracer_provider = TracerProvider(
+                resource=RESOURCE,
+                active_span_processor=GuardFirstSpanProcessor(self.guard, [exporter]),
+            )
+        else:
+            self.tracer_provider = TracerProvider(resource=RESOURCE)
+            if arm == "with":
+                assert self.guard is not None
+                self.tracer_provider.add_span_processor(self.guard)
+            elif arm == "floor":
+                self.tracer_provider.add_span_processor(FloorProcessor())
+            self.tracer_provider.add_span_processor(exporter)
         self.tracer = self.tracer_provider.get_tracer("agent")
 
+    def flush(self) -> None:
+        """Deliver what the guard still holds (its records may be emitted off the thread)."""
+        if self.guard is not None:
+            self.guard.force_flush()
+
     def clear(self) -> None:
+        self.flush()
         self.log_exporter.clear()
+
+    def shutdown(self) -> None:
+        """What a process does before it exits: traces, then a last metric collection and the
+        log and metric providers."""
+        self.tracer_provider.shutdown()
+        if self.logger_provider is not None:
+            self.logger_provider.shutdown()
+        if self.meter_provider is not None:
+            assert self.metric_reader is not None
+            self.metric_reader.get_metrics_data()
+            self.meter_provider.shutdown()
+
+
+def fused_available() -> bool:
+    return GuardFirstSpanProcessor is not None
 
 
 def _cpu_ns() -> int:
@@ -122,15 +188,18 @@ class Overhead:
     transitions_per_batch: float
 
 
-def measure_overhead(profile: workload.Profile, prompts: int, block: int, pairs: int) -> Overhead:
+def measure_overhead(
+    profile: workload.Profile, prompts: int, block: int, pairs: int, guarded: str = "with"
+) -> Overhead:
     """Throughput of ``profile`` with and without the guard, in short alternating blocks.
 
     Each pair runs the same ``block`` prompts through both arms back to back (in alternating
     order), so both see the same machine conditions; the ratio is the median of the pairs'.
+    ``guarded`` names the guarded arm (``with`` or ``fused``, see :class:`Pipeline`).
     """
     sessions = workload.generate(profile, prompts)
     blocks = [sessions[i : i + block] for i in range(0, prompts - block + 1, block)]
-    arms = {"without": Pipeline(False), "with": Pipeline(True)}
+    arms = {"without": Pipeline(False), "with": Pipeline(guarded)}
     for name, arm in arms.items():  # warm-up: lazy SDK setup, code paths, caches
         workload.emit(arm.tracer, sessions, suffix=f"#warm-{name}")
         arm.clear()
@@ -149,13 +218,14 @@ def measure_overhead(profile: workload.Profile, prompts: int, block: int, pairs:
             start = _cpu_ns()
             workload.emit(arm.tracer, chunk, suffix=f"#{r}")
             times[name].append(_cpu_ns() - start)
+        arms["with"].flush()
         transitions += len(arms["with"].log_exporter.get_finished_logs())
         for arm in arms.values():
             arm.clear()
         ratios.append(times["with"][-1] / times["without"][-1])
     total = sum(spans)
     return Overhead(
-        profile=profile.name,
+        profile=profile.name if guarded == "with" else f"{profile.name} ({guarded})",
         tool_share=workload.tool_share(sessions),
         spans=total,
         without_spans_per_second=total / (sum(times["without"]) / 1e9),
@@ -239,6 +309,89 @@ def measure_span_cost(count: int, rounds: int, repeats: int) -> list[SpanCost]:
         per_span = (_median(loops["guard"]) - _median(loops["empty"])) / (count * rounds)
         results.append(SpanCost(label, per_span))
     return results
+
+
+# -- 2b. the whole process, shutdown included ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessCost:
+    profile: str
+    arm: str
+    ratio: float  # median of the per-pair ratios of process CPU time (with / without)
+    ratios: tuple[float, float]  # the lowest and highest pair ratio
+
+
+def measure_process(
+    profile: workload.Profile, prompts: int, block: int, pairs: int, guarded: str = "with"
+) -> ProcessCost:
+    """Process CPU time (every thread: the guard's worker, the SDK's exporters) of emitting
+    ``block`` prompts and then shutting the providers down, with and without the guard.
+
+    Each arm gets fresh providers in every pair, built before the clock starts; the arms
+    alternate their order between pairs.
+    """
+    sessions = workload.generate(profile, prompts)
+    blocks = [sessions[i : i + block] for i in range(0, prompts - block + 1, block)]
+    for name in ("without", guarded):  # warm-up
+        warm = Pipeline(name)
+        workload.emit(warm.tracer, blocks[0], suffix="#warm")
+        warm.shutdown()
+    ratios: list[float] = []
+    for r in range(pairs):
+        chunk = blocks[r % len(blocks)]
+        spent: dict[str, float] = {}
+        order = ("without", guarded) if r % 2 == 0 else (guarded, "without")
+        for name in order:
+            arm = Pipeline(name)
+            gc.collect()
+            start = time.process_time()
+            workload.emit(arm.tracer, chunk, suffix=f"#{r}")
+            arm.shutdown()
+            spent[name] = time.process_time() - start
+        ratios.append(spent[guarded] / spent["without"])
+    return ProcessCost(profile.name, guarded, _median(ratios), (min(ratios), max(ratios)))
+
+
+# -- 2c. a span the guard ignores, against the floor processor ----------------------------------
+
+
+@dataclass(frozen=True)
+class IgnoredSpanCost:
+    arm: str
+    nanoseconds_over_floor: float  # per span, median over repetitions
+    floor_over_bare: float  # per span: what the empty processor itself adds to a bare provider
+
+
+def measure_ignored(spans_per_round: int, rounds: int) -> list[IgnoredSpanCost]:
+    """Thread CPU per span of spans the guard does not follow (model calls, HTTP requests, file
+    reads), through a whole provider: the guard's arms minus the floor arm (an empty Python
+    processor in the guard's place), interleaved in one run."""
+    spans = workload.filler_spans(spans_per_round)
+    names = ["without", "floor", "with"] + (["fused"] if fused_available() else [])
+    arms = {name: Pipeline(name) for name in names}
+
+    def run(pipeline: Pipeline) -> int:
+        tracer = pipeline.tracer
+        start = _cpu_ns()
+        for name, attributes in spans:
+            tracer.start_span(name, attributes=attributes).end()
+        return _cpu_ns() - start
+
+    for pipeline in arms.values():
+        run(pipeline)
+    times: dict[str, list[int]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else list(reversed(names))
+        for name in order:
+            times[name].append(run(arms[name]))
+    per_span = {name: _median(t) / spans_per_round for name, t in times.items()}
+    floor = per_span["floor"]
+    return [
+        IgnoredSpanCost(name, per_span[name] - floor, floor - per_span["without"])
+        for name in names
+        if name not in ("without", "floor")
+    ]
 
 
 # -- 3. memory per tracked prompt -------------------------------------------------------------
@@ -464,7 +617,7 @@ def _verdict(ok: bool) -> str:
 
 
 def _report_replay(spans: int, repeats: int, figures: dict[str, Any]) -> None:
-    print("4. Replay: otel-guard replay --format json FILE, pinned to one core")
+    print("6. Replay: otel-guard replay --format json FILE, pinned to one core")
     replay = measure_replay(spans, repeats)
     if replay is None:
         print("   not available (this version has no otel_guard.replay)")
@@ -488,16 +641,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (smaller sizes)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument(
-        "--replay-only", action="store_true", help="measure only the replay throughput (item 4)"
+        "--replay-only", action="store_true", help="measure only the replay throughput (item 6)"
+    )
+    parser.add_argument(
+        "--hot-path-only",
+        action="store_true",
+        help="measure only the guard's cost to the agent (items 1 to 3)",
     )
     args = parser.parse_args(argv)
 
     if args.quick:
         pairs, repeats = 20, 5
+        process_block, process_pairs = 10, 6
+        ignored_spans, ignored_rounds = 2_000, 6
         span_count, span_rounds = 2_000, 5
         memory_prompts, replay_spans, replay_repeats = 1_000, 20_000, 1
     else:
         pairs, repeats = 200, 15
+        process_block, process_pairs = 20, 30
+        ignored_spans, ignored_rounds = 5_000, 30
         span_count, span_rounds = 10_000, 20
         memory_prompts, replay_spans, replay_repeats = DEFAULT_MAX_PROMPTS, 200_000, 3
 
@@ -525,33 +687,68 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
         return 0
 
-    print("1. Span throughput, with / without the guard (medians, interleaved)")
-    overheads = [
-        measure_overhead(workload.TOOL_HEAVY, 200, 4, pairs),
-        measure_overhead(workload.TYPICAL, 40, 1, pairs),
-        measure_overhead(workload.FAILURE_HEAVY, 200, 4, pairs),
-    ]
-    for o, target in zip(overheads, (TARGET_TOOL_HEAVY, TARGET_TYPICAL, None), strict=True):
-        verdict = (
-            "no target"
-            if target is None
-            else (f"target <= {target:.2f}: {_verdict(o.ratio <= target)}")
-        )
-        print(
-            f"   {o.profile:<10} {o.tool_share:4.0%} tool-call spans, "
-            f"{o.transitions_per_batch:.2f} transitions per batch: "
-            f"{o.without_spans_per_second:,.0f} -> {o.with_spans_per_second:,.0f} spans/s, "
-            f"ratio {o.ratio:.3f} ({verdict})"
-        )
+    print("1. Agent-thread CPU, with / without the guard (medians, interleaved)")
+    guarded_arms = ["with", "fused"] if fused_available() else ["with"]
+    overheads: list[Overhead] = []
+    for profile, prompts, block, target in (
+        (workload.TOOL_HEAVY, 200, 4, TARGET_TOOL_HEAVY),
+        (workload.TYPICAL, 40, 1, TARGET_TYPICAL),
+        (workload.FAILURE_HEAVY, 200, 4, None),
+    ):
+        for arm in guarded_arms:
+            o = measure_overhead(profile, prompts, block, pairs, arm)
+            overheads.append(o)
+            verdict = (
+                "no target"
+                if target is None
+                else (f"target <= {target:.2f}: {_verdict(o.ratio <= target)}")
+            )
+            print(
+                f"   {o.profile:<18} {o.tool_share:4.0%} tool-call spans, "
+                f"{o.transitions_per_batch:.2f} transitions per batch: "
+                f"{o.without_spans_per_second:,.0f} -> {o.with_spans_per_second:,.0f} spans/s, "
+                f"ratio {o.ratio:.3f} ({verdict})"
+            )
     figures["overhead"] = [o.__dict__ for o in overheads]
 
-    print("2. One span that is not the guard's, on_start + on_end (minus the bare loop)")
+    print("2. Whole-process CPU, emission plus providers' shutdown (medians, interleaved)")
+    process_costs = [
+        measure_process(workload.TOOL_HEAVY, 200, process_block, process_pairs, arm)
+        for arm in guarded_arms
+    ]
+    for p in process_costs:
+        print(
+            f"   {p.profile} ({p.arm}): ratio {p.ratio:.3f} "
+            f"(pairs {p.ratios[0]:.3f}-{p.ratios[1]:.3f}; target <= {TARGET_PROCESS:.2f}: "
+            f"{_verdict(p.ratio <= TARGET_PROCESS)})"
+        )
+    figures["process"] = [p.__dict__ for p in process_costs]
+
+    print("3. A span the guard ignores, through a provider, over an empty Python processor")
+    ignored = measure_ignored(ignored_spans, ignored_rounds)
+    floor_cost = ignored[0].floor_over_bare
+    print(f"   the empty processor itself: {floor_cost:6.0f} ns per span over no processor")
+    for i in ignored:
+        print(
+            f"   guard ({i.arm}): {i.nanoseconds_over_floor:+6.0f} ns per span over the floor "
+            f"(target <= +{TARGET_IGNORED_NS:.0f}: "
+            f"{_verdict(i.nanoseconds_over_floor <= TARGET_IGNORED_NS)})"
+        )
+    figures["ignored_span_ns_over_floor"] = {i.arm: i.nanoseconds_over_floor for i in ignored}
+    figures["floor_ns_over_bare"] = floor_cost
+
+    print("4. One span that is not the guard's, on_start + on_end (minus the bare loop)")
     costs = measure_span_cost(span_count, span_rounds, repeats)
     for c in costs:
         print(f"   {c.kind:<42} {c.nanoseconds:6.0f} ns")
     figures["span_cost_ns"] = {c.kind: c.nanoseconds for c in costs}
 
-    print("3. Memory the guard keeps, prompts in tracking state (tracemalloc)")
+    if args.hot_path_only:
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        return 0
+
+    print("5. Memory the guard keeps, prompts in tracking state (tracemalloc)")
     memory = measure_memory(memory_prompts)
     print(
         f"   {memory.bytes_per_prompt:,.0f} B per tracked prompt "

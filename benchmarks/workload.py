@@ -87,6 +87,12 @@ def _filler(rng: random.Random, turn: int, index: int) -> tuple[str, dict[str, A
     }
 
 
+def filler_spans(count: int, seed: int = 5) -> list[tuple[str, dict[str, Any]]]:
+    """``count`` spans the guard does not follow, as (name, attributes) pairs."""
+    rng = random.Random(seed)
+    return [_filler(rng, i // 3, i) for i in range(count)]
+
+
 def _outcome(rng: random.Random, fail: bool, error_type: str) -> dict[str, Any]:
     if not fail:
         return {"acp.tool.status": "success", "acp.tool.execution.status": "success"}

@@ -28,7 +28,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from opentelemetry import context as context_api
 from opentelemetry._logs import LoggerProvider
@@ -36,6 +36,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 
+from otel_guard import _sdkfields as _sdk
 from otel_guard import attributes as attr
 from otel_guard.mode import resolve_mode
 from otel_guard.reducer import (
@@ -58,7 +59,13 @@ from otel_guard.telemetry import (
     decision_value,
 )
 
-__all__ = ["BatchEvaluation", "GuardAction", "GuardSpanProcessor"]
+__all__ = ["ANY_VALUE", "BatchEvaluation", "GuardAction", "GuardSpanProcessor", "Interest"]
+
+ANY_VALUE: Final = object()
+"""In an :data:`Interest`, matches any value of the key."""
+Interest = tuple[tuple[str, object], ...]
+"""(attribute key, value) pairs: a span with any of them (any value for :data:`ANY_VALUE`) may be
+the guard's; a span with none of them is not."""
 
 _logger = logging.getLogger(__name__)
 
@@ -204,21 +211,8 @@ _Emission = (
 )
 
 
-def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
-    """The span's attributes as cheaply as possible.
-
-    The SDK's public ``attributes`` property wraps the attribute store in a new mapping proxy on
-    every call and answers misses by raising ``KeyError`` internally, which costs about ten times
-    a dictionary look-up; on the hot path the store's own dictionary is read when it exists.
-    """
-    store = getattr(span, "_attributes", None)
-    if type(store) is dict:  # spans built from recorded data (replay) hold a plain dict
-        return store
-    inner = getattr(store, "_dict", None)
-    if isinstance(inner, dict):
-        return inner
-    public = span.attributes
-    return public if public is not None else _EMPTY
+# The slow path when a span lacks the SDK's private fields (otel_guard._sdkfields reads them).
+_attributes = _sdk.attributes
 
 
 def _opted_out(attributes: Mapping[str, Any]) -> bool:
@@ -251,6 +245,8 @@ class GuardSpanProcessor(SpanProcessor):
         listener: called with a :class:`BatchEvaluation` after every evaluated batch, outside
             the guard's lock; its exceptions are counted as ``internal_error``.
         clock: monotonic seconds, for the TTL.
+        background_telemetry: emit log records and counts from a worker thread (the default),
+            off the agent's thread; ``False`` emits them inside ``span.end()``.
         reducer: the decision function; :func:`~otel_guard.reducer.reduce` unless a replay asks
             what other constants would have done
             (:func:`~otel_guard.reducer.reduce_with_thresholds`). Analysis only.
@@ -285,6 +281,16 @@ class GuardSpanProcessor(SpanProcessor):
     expiry pops from the front of the activity order. Nothing scans the prompts.
     """
 
+    START_INTEREST: ClassVar[Interest] = ((attr.PROMPT_ID, ANY_VALUE),)
+    """Spans whose ``on_start`` can matter: prompt and batch spans carry the prompt ID."""
+    END_INTEREST: ClassVar[Interest] = (
+        (attr.OPERATION_NAME, attr.EXECUTE_TOOL),
+        (attr.PROMPT_ID, ANY_VALUE),
+    )
+    """Spans whose ``on_end`` can matter: tool calls, and prompt and batch spans. The fused
+    dispatch (:mod:`otel_guard.dispatch`) calls the hooks for these spans only; keep both in step
+    with the hooks."""
+
     def __init__(
         self,
         *,
@@ -298,6 +304,7 @@ class GuardSpanProcessor(SpanProcessor):
         listener: BatchListener | None = None,
         clock: Callable[[], float] = time.monotonic,
         reducer: Callable[[GuardState, GuardInput], Decision] = reduce,
+        background_telemetry: bool = True,
     ) -> None:
         if max_prompts < 1:
             raise ValueError("max_prompts must be at least 1")
@@ -336,7 +343,12 @@ class GuardSpanProcessor(SpanProcessor):
         self._diagnostic_counts: Counter[str] = Counter()
         self._shutdown = False
         self._inert = self._mode == "off"
-        self._telemetry = GuardTelemetry(meter_provider, logger_provider)
+        self._telemetry = GuardTelemetry(
+            meter_provider,
+            logger_provider,
+            background=background_telemetry,
+            on_failure=self._telemetry_failed,
+        )
         if resolution.invalid:
             self._flush([("diagnostic", "invalid_mode", None, None)])
 
@@ -386,7 +398,7 @@ class GuardSpanProcessor(SpanProcessor):
         try:
             # _attributes(span), inlined: on this path a call costs as much as the reads.
             try:
-                attributes = span._attributes._dict  # type: ignore[union-attr]
+                attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _attributes(span)
             # Only prompt and batch spans matter here, and both carry the prompt ID from their
@@ -409,7 +421,7 @@ class GuardSpanProcessor(SpanProcessor):
             return
         try:
             try:
-                attributes = span._attributes._dict  # type: ignore[union-attr]
+                attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _attributes(span)
             if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
@@ -418,7 +430,7 @@ class GuardSpanProcessor(SpanProcessor):
             if _PROMPT_ID not in attributes:
                 return  # neither a prompt nor a batch span: the common case ends here
             try:
-                context = span._context
+                context = _sdk.context(span)
             except AttributeError:
                 context = span.context
             if context is None or context[_SPAN_ID] not in self._tracked:
@@ -443,11 +455,20 @@ class GuardSpanProcessor(SpanProcessor):
                 self._holding.clear()
                 self._call_bytes = 0
                 self._ended_batches.clear()
+            self._telemetry.close()
         except Exception:
             _logger.debug("otel_guard: shutdown failed", exc_info=False)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """The guard buffers nothing; its telemetry goes through the providers' own pipelines."""
+        """Hand every pending guard record and count to the logger and meter providers.
+
+        They go on through the providers' own pipelines: flush those to export them.
+        """
+        try:
+            self._telemetry.flush()
+        except Exception:
+            _logger.debug("otel_guard: flush failed", exc_info=False)
+            return False
         return True
 
     # -- span handling (hot path ends above) ---------------------------------------------------
@@ -564,9 +585,9 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
-            parent = span._parent
-            start_time = span._start_time
-            context = span._context
+            parent = _sdk.parent(span)
+            start_time = _sdk.start_time(span)
+            context = _sdk.context(span)
         except AttributeError:
             parent = span.parent
             start_time = span.start_time
@@ -739,7 +760,7 @@ class GuardSpanProcessor(SpanProcessor):
         if len(ended) > _ENDED_BATCHES:
             ended.popitem(last=False)
         try:
-            attributes = span._attributes._dict  # type: ignore[union-attr]
+            attributes = _sdk.attribute_dict(span)
         except AttributeError:
             attributes = _attributes(span)
         if _BATCH_ADMITTED not in attributes:
@@ -917,18 +938,18 @@ class GuardSpanProcessor(SpanProcessor):
             if item[0] == "diagnostic":
                 _, name, prompt_id, span_context = item
                 self._count(name)
-                ok = telemetry.diagnostic(name, prompt_id, span_context)
+                telemetry.diagnostic(name, prompt_id, span_context)
             elif item[0] == "observations":
-                ok = telemetry.observations(item[1])
+                telemetry.observations(item[1])
             else:
-                ok = telemetry.transition(item[1])
-            if not ok:
-                self._count("telemetry_error")
-                telemetry.diagnostic("telemetry_error")
+                telemetry.transition(item[1])
 
     def _count(self, name: Diagnostic) -> None:
         with self._lock:
             self._diagnostic_counts[name] += 1
+
+    def _telemetry_failed(self) -> None:
+        self._count("telemetry_error")
 
     def _notify(self, evaluation: BatchEvaluation) -> None:
         if self._listener is None:

@@ -612,6 +612,8 @@ class GuardPipeline:
             listener=self._observe,
             clock=self._clock if host else time.monotonic,
             reducer=reducer,
+            # One thread reads the file and runs the guard: a worker would only add hand-offs.
+            background_telemetry=False,
         )
 
     def _clock(self) -> float:

@@ -29,6 +29,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from otel_guard.dispatch import guarded_tracer_provider
 from otel_guard.processor import GuardSpanProcessor
 from otel_guard.redaction import RedactingSpanExporter
 
@@ -110,6 +111,7 @@ def install_guard(
     allow_keys: Iterable[str] | None = None,
     pseudonym_key: bytes | str | None = None,
     set_global: bool = True,
+    fused_dispatch: bool = True,
 ) -> GuardInstallation:
     """Build tracer, meter and logger providers that export over OTLP, with the guard installed.
 
@@ -129,6 +131,9 @@ def install_guard(
       ``ValueError``.
     * ``set_global`` also makes the three providers the process-wide ones, so instrumentation
       that calls ``trace.get_tracer()`` reaches the guard.
+    * ``fused_dispatch`` dispatches the tracer provider's processors through
+      :class:`otel_guard.dispatch.GuardFirstSpanProcessor`: spans that are not the guard's skip
+      its hooks; the other processors are called as before.
 
     Call :meth:`GuardInstallation.shutdown` before the process exits to export what is buffered.
     """
@@ -153,8 +158,7 @@ def install_guard(
         allow_keys=allow_keys,
         pseudonym_key=pseudonym_key,
     )
-    tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(guard)
+    tracer_provider = guarded_tracer_provider(guard, resource=resource, fused=fused_dispatch)
     tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
     if set_global:
         trace.set_tracer_provider(tracer_provider)

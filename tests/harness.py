@@ -11,12 +11,12 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Span, Tracer, set_span_in_context
 
 from otel_guard import GuardSpanProcessor
+from otel_guard.dispatch import guarded_tracer_provider
 from otel_guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC
 
 RESOURCE = Resource.create({"service.name": "agent", "service.version": "9.9.9"})
@@ -43,7 +43,7 @@ OK = Call(status="success", execution="success", error_type=None)
 class Harness:
     """TracerProvider + guard + in-memory metric reader and log exporter."""
 
-    def __init__(self, **guard_kwargs: Any) -> None:
+    def __init__(self, *, fused: bool = False, **guard_kwargs: Any) -> None:
         self.metric_reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(resource=RESOURCE, metric_readers=[self.metric_reader])
         self.log_exporter = InMemoryLogRecordExporter()
@@ -56,8 +56,8 @@ class Harness:
             **guard_kwargs,
         )
         self.span_exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider(resource=RESOURCE)
-        self.tracer_provider.add_span_processor(self.guard)
+        # fused: the guard's not-mine test in the provider's dispatch (otel_guard.dispatch)
+        self.tracer_provider = guarded_tracer_provider(self.guard, resource=RESOURCE, fused=fused)
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.span_exporter))
         self.tracer: Tracer = self.tracer_provider.get_tracer("agent")
         self._call_seq = 0
@@ -144,6 +144,7 @@ class Harness:
     # -- reading telemetry -------------------------------------------------------------------
 
     def points(self, name: str = DECISIONS_METRIC) -> list[tuple[dict[str, Any], int]]:
+        self.guard.force_flush()
         data = self.metric_reader.get_metrics_data()
         found: list[tuple[dict[str, Any], int]] = []
         if data is None:
@@ -171,6 +172,7 @@ class Harness:
         return counts
 
     def logs(self, event_name: str | None = None) -> list[ReadableLogRecord]:
+        self.guard.force_flush()  # the guard emits its records off the agent's thread
         records = list(self.log_exporter.get_finished_logs())
         if event_name is None:
             return records

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from harness import FAIL, OK, Call, Harness, decisions_of
+from opentelemetry.trace import set_span_in_context
 
 from otel_guard import BatchEvaluation, GuardAction, GuardSpanProcessor
 from otel_guard.mode import MODE_ENV_VAR
@@ -524,3 +525,29 @@ def test_shutdown_is_idempotent_and_stops_observing() -> None:
     assert h.guard.state("p") is None
     assert h.decision_counts() == {"tracked": 1}
     h.tracer_provider.shutdown()
+
+
+def test_calls_are_read_in_start_order_and_ties_in_the_order_they_ended() -> None:
+    seen: list[tuple[str, ...]] = []
+    h = Harness(
+        mode="shadow",
+        listener=lambda e: seen.append(tuple(o.call_id for o in e.batch.observations)),
+    )
+    batch = h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": "p"})
+    context = set_span_in_context(batch)
+    for call_id, start in (("c30", 30), ("tie-b", 5), ("c10", 10), ("tie-a", 5), ("c20", 20)):
+        h.tracer.start_span(
+            "execute_tool",
+            context=context,
+            start_time=start,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.name": "run_shell",
+                "acp.tool.status": "success",
+                "acp.tool.execution.status": "success",
+            },
+        ).end(end_time=100)
+    batch.set_attributes({"acp.batch.admitted": 5, "acp.input.reliable": True})
+    batch.end()
+    assert seen == [("tie-b", "tie-a", "c10", "c20", "c30")]

@@ -266,6 +266,7 @@ def test_failing_transition_telemetry_is_recorded_as_a_telemetry_error_metric() 
     )
     h.tracer_provider.add_span_processor(guard)
     h.batch("p", [FAIL] * 4)
+    guard.force_flush()
     assert guard.diagnostics() == {"telemetry_error": 1}
     assert h.diagnostic_counts() == {"telemetry_error": 1}
 

@@ -199,6 +199,7 @@ def test_failing_telemetry_is_counted_as_telemetry_error() -> None:
     )
     h.tracer_provider.add_span_processor(guard)
     h.batch("p", [FAIL] * 4)
+    guard.force_flush()  # records are emitted off the agent's thread
     assert guard.diagnostics() == {"telemetry_error": 1}
 
 

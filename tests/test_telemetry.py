@@ -52,7 +52,7 @@ class Pipeline:
         self.exporter = InMemoryLogRecordExporter()
         self.logger_provider = LoggerProvider()
         self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.exporter))
-        self.telemetry = GuardTelemetry(self.meter_provider, self.logger_provider)
+        self.telemetry = GuardTelemetry(self.meter_provider, self.logger_provider, background=False)
 
     def metrics(self) -> dict[str, Any]:
         data = self.reader.get_metrics_data()
@@ -108,8 +108,8 @@ def test_logs_come_from_the_package_scope() -> None:
 
 def test_transitions_log_at_info_and_loops_and_diagnostics_at_warn() -> None:
     pipeline = Pipeline()
-    assert pipeline.telemetry.transition(transition("stopped", phase_after="latched")) is True
-    assert pipeline.telemetry.diagnostic("evicted", "p") is True
+    pipeline.telemetry.transition(transition("stopped", phase_after="latched"))
+    pipeline.telemetry.diagnostic("evicted", "p")
     assert pipeline.severities() == [
         (TRANSITION_EVENT, SeverityNumber.INFO, "INFO"),
         (LOOP_EVENT, SeverityNumber.WARN, "WARN"),
@@ -134,8 +134,8 @@ class _UnhashableMeterProvider(MeterProvider):
 
 def test_a_provider_that_cannot_be_shared_still_gets_counts() -> None:
     reader = InMemoryMetricReader()
-    telemetry = GuardTelemetry(_UnhashableMeterProvider(metric_readers=[reader]))
-    assert telemetry.transition(transition()) is True
+    telemetry = GuardTelemetry(_UnhashableMeterProvider(metric_readers=[reader]), background=False)
+    telemetry.transition(transition())
     assert telemetry.errors == 0
     data = reader.get_metrics_data()
     assert data is not None
@@ -170,10 +170,12 @@ def test_without_a_logger_transitions_are_counted_and_not_reported_as_failures(
 ) -> None:
     reader = InMemoryMetricReader()
     with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
-        telemetry = GuardTelemetry(MeterProvider(metric_readers=[reader]), _NoLoggerProvider())
+        telemetry = GuardTelemetry(
+            MeterProvider(metric_readers=[reader]), _NoLoggerProvider(), background=False
+        )
     assert telemetry.errors == 1
-    assert telemetry.transition(transition()) is True
-    assert telemetry.diagnostic("late_span") is True
+    telemetry.transition(transition())
+    telemetry.diagnostic("late_span")
     assert telemetry.errors == 1
     assert [r.getMessage() for r in caplog.records] == [
         "otel_guard: telemetry emission failed (logger)"
@@ -188,8 +190,8 @@ def test_a_failing_meter_provider_is_one_error_named_meter(
             raise RuntimeError("no meter")
 
     with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
-        telemetry = GuardTelemetry(_NoMeterProvider(), NoOpLoggerProvider())
-        assert telemetry.transition(transition()) is True
+        telemetry = GuardTelemetry(_NoMeterProvider(), NoOpLoggerProvider(), background=False)
+        telemetry.transition(transition())
     assert telemetry.errors == 1
     (record,) = caplog.records
     assert record.getMessage() == "otel_guard: telemetry emission failed (meter)"
@@ -200,12 +202,12 @@ def test_a_failing_meter_provider_is_one_error_named_meter(
 def test_a_failing_loop_event_fails_its_transition_and_is_counted_each_time(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    telemetry = GuardTelemetry(MeterProvider(), _LoopFailingLoggerProvider())
+    telemetry = GuardTelemetry(MeterProvider(), _LoopFailingLoggerProvider(), background=False)
     stopped = transition("stopped", phase_after="latched")
     with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
-        assert telemetry.transition(transition()) is True
-        assert telemetry.transition(stopped) is False
-        assert telemetry.transition(stopped) is False
+        telemetry.transition(transition())
+        telemetry.transition(stopped)
+        telemetry.transition(stopped)
     assert telemetry.errors == 2
     assert [r.getMessage() for r in caplog.records] == [
         f"otel_guard: telemetry emission failed ({LOOP_EVENT})"

@@ -1,0 +1,287 @@
+"""Guard records leave the agent's thread: a bounded queue, a worker, flush, fork safety."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from typing import Any
+
+import pytest
+from harness import RESOURCE, Harness
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadWriteLogRecord
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_guard.telemetry import (
+    DECISIONS_METRIC,
+    DIAGNOSTIC_EVENT,
+    DIAGNOSTICS_METRIC,
+    TRANSITION_EVENT,
+    GuardTelemetry,
+)
+
+
+class ThreadRecorder(LogRecordProcessor):
+    """Notes the thread that emits each record; ``gate`` (when set) holds emission until
+    released."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.threads: list[threading.Thread] = []
+        self.emitted = threading.Event()
+        self.entered = threading.Event()
+        self.gate = gate
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        self.threads.append(threading.current_thread())
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        self.emitted.set()
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_records_are_emitted_by_the_worker_not_the_agent_thread() -> None:
+    h = Harness(mode="enforce")
+    recorder = ThreadRecorder()
+    h.logger_provider.add_log_record_processor(recorder)
+    h.failing_batches("p", 2)
+    # The decision and the action are synchronous, whatever the records do.
+    assert h.guard.take_action("p") is not None
+    assert recorder.emitted.wait(timeout=30)  # the worker wakes within its interval
+    assert recorder.threads and threading.current_thread() not in recorder.threads
+    assert {t.name for t in recorder.threads} == {"otel_guard telemetry"}
+
+
+def test_force_flush_delivers_every_pending_record_and_count() -> None:
+    h = Harness(mode="shadow")
+    h.failing_batches("p", 3)
+    h.guard.force_flush()
+    records = list(h.log_exporter.get_finished_logs())
+    assert [r.log_record.event_name for r in records] == [TRANSITION_EVENT] * 3
+    assert h.decision_counts() == {"tracked": 1, "would_warn": 1, "would_stop": 1}
+
+
+def test_metric_collection_sees_counts_not_yet_flushed() -> None:
+    h = Harness(mode="shadow")
+    h.failing_batches("p", 3)
+    data = h.metric_reader.get_metrics_data()  # no flush first
+    assert data is not None
+    points = [
+        p.value  # type: ignore[union-attr]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == DECISIONS_METRIC
+        for p in m.data.data_points
+    ]
+    assert sum(points) == 3
+
+
+def test_shutdown_delivers_pending_records_and_later_ones_directly() -> None:
+    h = Harness(mode="shadow")
+    h.failing_batches("p", 3)
+    h.guard.shutdown()
+    assert len(h.log_exporter.get_finished_logs()) == 3
+    h.guard._telemetry.diagnostic("late_span", "p")  # after shutdown: emitted at once
+    assert len(h.log_exporter.get_finished_logs()) == 4
+
+
+def test_records_carry_the_batch_end_time_and_an_observed_time() -> None:
+    h = Harness(mode="shadow")
+    ends: list[int] = []
+    original_batch = h.batch
+
+    def batch(*args: Any, **kwargs: Any) -> Any:
+        late = original_batch(*args, **kwargs)
+        ends.append(h.span_exporter.get_finished_spans()[-1].end_time or 0)
+        return late
+
+    h.batch = batch  # type: ignore[method-assign]
+    h.failing_batches("p", 2)
+    records = h.logs(TRANSITION_EVENT)
+    assert [r.log_record.timestamp for r in records] == ends
+    for record in records:
+        observed = record.log_record.observed_timestamp
+        assert observed is not None and observed >= (record.log_record.timestamp or 0)
+
+
+def _providers() -> tuple[MeterProvider, InMemoryMetricReader, LoggerProvider]:
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(resource=RESOURCE, metric_readers=[reader])
+    logger_provider = LoggerProvider(resource=RESOURCE)
+    return meter_provider, reader, logger_provider
+
+
+def _diagnostic_counts(reader: InMemoryMetricReader) -> dict[str, int]:
+    data = reader.get_metrics_data()
+    counts: dict[str, int] = {}
+    assert data is not None
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name != DIAGNOSTICS_METRIC:
+                    continue
+                for point in metric.data.data_points:
+                    name = str((point.attributes or {})["diagnostic"])
+                    counts[name] = counts.get(name, 0) + int(point.value)  # type: ignore[union-attr]
+    return counts
+
+
+def test_a_full_queue_drops_and_counts_instead_of_blocking() -> None:
+    meter_provider, reader, logger_provider = _providers()
+    gate = threading.Event()
+    recorder = ThreadRecorder(gate)
+    logger_provider.add_log_record_processor(recorder)
+    exporter = InMemoryLogRecordExporter()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    failures: list[int] = []
+    telemetry = GuardTelemetry(
+        meter_provider,
+        logger_provider,
+        max_pending=4,
+        on_failure=lambda: failures.append(1),
+    )
+    telemetry.diagnostic("late_span", "first")
+    flusher = threading.Thread(target=telemetry.flush)
+    flusher.start()
+    assert recorder.entered.wait(timeout=30)  # emission of "first" is now held at the gate
+    for n in range(7):  # 4 fit, 3 do not; none of these calls may wait for the gate
+        telemetry.diagnostic("late_span", f"p{n}")
+    assert telemetry.dropped == 3
+    gate.set()
+    flusher.join(timeout=30)
+    telemetry.flush()
+    names = [
+        (r.log_record.attributes or {}).get("diagnostic") for r in exporter.get_finished_logs()
+    ]
+    assert names == ["late_span"] * 5 + ["telemetry_error"]
+    assert _diagnostic_counts(reader) == {"late_span": 5, "telemetry_error": 3}
+    assert len(failures) == 3
+    telemetry.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="this platform has no fork")
+def test_a_forked_child_starts_with_an_empty_queue_and_a_fresh_worker() -> None:
+    h = Harness(mode="shadow")
+    h.failing_batches("p", 3)  # records queued, maybe not yet emitted
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        code = 1
+        try:
+            telemetry = h.guard._telemetry
+            h.log_exporter.clear()
+            fresh = telemetry._worker is None and not telemetry._pending
+            h.failing_batches("c", 3)
+            h.guard.force_flush()
+            decisions = [
+                (r.log_record.attributes or {}).get("prompt_id")
+                for r in h.log_exporter.get_finished_logs()
+            ]
+            code = 0 if fresh and decisions == ["c", "c", "c"] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent still delivers its own records, once.
+    assert [(r.log_record.attributes or {}).get("prompt_id") for r in h.logs(TRANSITION_EVENT)] == [
+        "p",
+        "p",
+        "p",
+    ]
+
+
+def test_a_failing_logger_is_counted_once_per_failed_record() -> None:
+    meter_provider, reader, _ = _providers()
+
+    class Raising(LoggerProvider):
+        def get_logger(self, *args: Any, **kwargs: Any) -> Any:
+            class Logger:
+                def emit(self, *args: Any, **kwargs: Any) -> None:
+                    raise RuntimeError("exporter down")
+
+            return Logger()
+
+    failures: list[int] = []
+    telemetry = GuardTelemetry(meter_provider, Raising(), on_failure=lambda: failures.append(1))
+    telemetry.diagnostic("evicted", "a")
+    telemetry.diagnostic("evicted", "b")
+    telemetry.flush()
+    assert len(failures) == 2
+    assert _diagnostic_counts(reader) == {"evicted": 2, "telemetry_error": 2}
+    assert telemetry.errors >= 2
+    telemetry.close()
+
+
+def test_diagnostic_records_are_still_emitted_in_order() -> None:
+    h = Harness(mode="shadow", max_prompts=1)
+    h.failing_batches("a", 1)
+    h.failing_batches("b", 1)
+    h.failing_batches("c", 1)
+    evicted = [(r.log_record.attributes or {}).get("prompt_id") for r in h.logs(DIAGNOSTIC_EVENT)]
+    assert evicted == ["a", "b"]
+
+
+def test_the_worker_of_a_guard_dropped_without_shutdown_ends() -> None:
+    meter_provider, _, logger_provider = _providers()
+    telemetry = GuardTelemetry(meter_provider, logger_provider)
+    telemetry.diagnostic("late_span", "p")
+    worker = telemetry._worker
+    assert worker is not None and worker.is_alive()
+    del telemetry
+    gc.collect()
+    worker.join(timeout=30)  # it wakes within its interval and finds its telemetry gone
+    assert not worker.is_alive()
+
+
+def test_without_a_worker_thread_records_are_emitted_on_the_callers_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    h = Harness(mode="shadow")
+    h.failing_batches("p", 2)
+    assert len(h.log_exporter.get_finished_logs()) == 2  # no flush needed: emitted in end()
+    assert h.guard.diagnostics() == {}
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_a_log_pipeline_that_collects_the_guard_metrics_while_exporting_does_not_deadlock(
+    background: bool,
+) -> None:
+    h = Harness(mode="shadow", background_telemetry=background)
+
+    class Collecting(LogRecordProcessor):
+        def __init__(self) -> None:
+            self.collected = 0
+
+        def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+            h.metric_reader.get_metrics_data()  # re-enters the guard's flush on this thread
+            self.collected += 1
+
+        def shutdown(self) -> None:
+            pass
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    collecting = Collecting()
+    h.logger_provider.add_log_record_processor(collecting)
+    producer = threading.Thread(target=h.failing_batches, args=("p", 3), daemon=True)
+    producer.start()
+    producer.join(timeout=30)
+    assert not producer.is_alive()
+    flusher = threading.Thread(target=h.guard.force_flush, daemon=True)
+    flusher.start()
+    flusher.join(timeout=30)
+    assert not flusher.is_alive()
+    assert collecting.collected == 3
+    assert h.decision_counts() == {"tracked": 1, "would_warn": 1, "would_stop": 1}
