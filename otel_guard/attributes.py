@@ -7,12 +7,19 @@ from typing import Final
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
 
 __all__ = [
+    "ACP_PREFIX",
     "BATCH_ADMITTED",
+    "CONVERSATION_ID",
+    "ERROR_TYPE",
+    "EXCEPTION_EVENT",
+    "EXCEPTION_TYPE",
     "EXECUTE_TOOL",
     "INPUT_EXTERNAL",
     "INPUT_QUEUED_PROMPT",
     "INPUT_RELIABLE",
     "INVOKE_AGENT",
+    "MCP_PREFIX",
+    "MODEL_CALL_OPERATIONS",
     "OPERATION_NAME",
     "PROMPT_CHANNEL",
     "PROMPT_ID",
@@ -34,6 +41,15 @@ INVOKE_AGENT: Final = "invoke_agent"
 EXECUTE_TOOL: Final = "execute_tool"
 TOOL_NAME: Final = _gen_ai.GEN_AI_TOOL_NAME  # "gen_ai.tool.name", the resolved policy tool name
 TOOL_CALL_ID: Final = _gen_ai.GEN_AI_TOOL_CALL_ID  # "gen_ai.tool.call.id"
+
+# The GenAI-conventions profile (agents without acp.* attributes).
+CONVERSATION_ID: Final = _gen_ai.GEN_AI_CONVERSATION_ID  # "gen_ai.conversation.id"
+MODEL_CALL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
+ERROR_TYPE: Final = "error.type"
+EXCEPTION_EVENT: Final = "exception"
+EXCEPTION_TYPE: Final = "exception.type"
+MCP_PREFIX: Final = "mcp."
+ACP_PREFIX: Final = "acp."
 
 # Prompt lifecycle and routing.
 PROMPT_ID: Final = "acp.prompt.id"

@@ -15,7 +15,12 @@ Span identification (SPEC section 3), decided when a span starts:
   the batch incomplete. A batch span must therefore carry ``acp.prompt.id`` from its start; the
   admitted count and the input-drain attributes may be set at any time before it ends.
 
-Every other span costs one dictionary look-up in ``on_start`` and two in ``on_end``.
+Spans without ``acp.prompt.id`` that are ``invoke_agent`` spans, or that start while a GenAI
+prompt is open, go to :class:`~otel_guard.genai_profile.GenAIProfile` (section 3b), whose events
+this processor applies like a batch span's; its module docstring says how it stays bounded.
+
+Every other span costs two dictionary look-ups in ``on_start`` and two in ``on_end``, plus one
+truth test of the profile's (usually empty) table of open GenAI spans.
 """
 
 from __future__ import annotations
@@ -35,6 +40,15 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 
 from otel_guard import attributes as attr
+from otel_guard.genai_profile import (
+    BatchSettled,
+    Coverage,
+    GenAIProfile,
+    ProfileDiagnostic,
+    ProfileEvent,
+    PromptEnded,
+    PromptStarted,
+)
 from otel_guard.mode import resolve_mode
 from otel_guard.reducer import (
     REMINDER,
@@ -56,7 +70,9 @@ from otel_guard.telemetry import (
     decision_value,
 )
 
-__all__ = ["BatchEvaluation", "GuardAction", "GuardSpanProcessor"]
+__all__ = ["BatchEvaluation", "GuardAction", "GuardSpanProcessor", "Profile"]
+
+Profile = Literal["acp", "genai"]
 
 _logger = logging.getLogger(__name__)
 
@@ -103,7 +119,10 @@ class BatchEvaluation:
 
     ``decision`` is the reducer's decision; ``decision_value`` is the SPEC section 5 value that
     was emitted (``None`` for ``none``), which differs from the reducer's kind when a ``stop`` is
-    recorded as ``would_stop`` because the host never took the reminder.
+    recorded as ``would_stop`` because the host never took the reminder. ``profile`` says how
+    the batch was read: ``acp`` (a batch span, section 3) or ``genai`` (inferred, section 3b);
+    ``span`` is the batch span, or for an inferred batch the model-call or prompt span that
+    settled it.
     """
 
     prompt_id: str
@@ -117,9 +136,12 @@ class BatchEvaluation:
     decision: Decision
     decision_value: DecisionValue | None
     action: GuardAction | None
+    profile: Profile = "acp"
 
 
 BatchListener = Callable[[BatchEvaluation], None]
+# A GenAI-profile prompt is never enforced: its history starts without an enforceable input.
+_GENAI_INITIAL: Final = GuardState.initial()._replace(enforcement_disabled=True)
 
 
 class _Prompt:
@@ -247,6 +269,11 @@ class GuardSpanProcessor(SpanProcessor):
         self._shutdown = False
         self._inert = self._mode == "off"
         self._telemetry = GuardTelemetry(meter_provider, logger_provider)
+        self._genai = GenAIProfile(
+            max_open_spans=self._max_tracked, max_calls_per_batch=max_calls_per_batch
+        )
+        # Open spans below GenAI prompts: empty (and skipped) while no such prompt is open.
+        self._genai_open = self._genai.lineage
         if resolution.invalid:
             self._flush([("diagnostic", "invalid_mode", None, None)])
 
@@ -288,6 +315,11 @@ class GuardSpanProcessor(SpanProcessor):
         with self._lock:
             return dict(self._diagnostic_counts)
 
+    def genai_coverage(self) -> Coverage:
+        """GenAI-profile prompts, model calls and tool calls seen so far (section 3b)."""
+        with self._lock:
+            return self._genai.coverage()
+
     # -- SpanProcessor ----------------------------------------------------------------------
 
     def on_start(self, span: Span, parent_context: context_api.Context | None = None) -> None:
@@ -303,11 +335,15 @@ class GuardSpanProcessor(SpanProcessor):
             # start: every other span leaves after this one look-up.
             prompt_id = attributes.get(_PROMPT_ID)
             if prompt_id is None:
+                if self._genai_open or attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
+                    self._genai_step(span, attributes, starting=True)
                 return
             operation = attributes.get(_OPERATION_NAME)
             if operation == _EXECUTE_TOOL or not isinstance(prompt_id, str):
                 return  # tool-call spans are read when they end
             if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
+                if self._genai_open:
+                    self._genai_shield(span)
                 self._start_prompt(span, prompt_id, attributes)
             else:
                 self._start_batch(span, prompt_id)
@@ -323,10 +359,15 @@ class GuardSpanProcessor(SpanProcessor):
             except AttributeError:
                 attributes = _attributes(span)
             if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
-                self._end_tool(span)
+                self._end_tool(span, attributes)
                 return
             if _PROMPT_ID not in attributes:
-                return  # neither a prompt nor a batch span: the common case ends here
+                # Neither a prompt nor a batch span: the common case ends here.
+                if self._genai_open:
+                    self._genai_step(span, attributes, starting=False)
+                return
+            if self._genai_open:
+                self._genai_step(span, attributes, starting=False)
             try:
                 context = span._context
             except AttributeError:
@@ -348,6 +389,7 @@ class GuardSpanProcessor(SpanProcessor):
                 self._prompts.clear()
                 self._tracked.clear()
                 self._ended_batches.clear()
+                self._genai.clear()
         except Exception:
             _logger.debug("otel_guard: shutdown failed", exc_info=False)
 
@@ -409,7 +451,7 @@ class GuardSpanProcessor(SpanProcessor):
         elif out:
             self._flush(out)
 
-    def _end_tool(self, span: ReadableSpan) -> None:
+    def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         # Only kept here; the span's attributes are read when its batch ends, in one pass.
         try:
             parent = span._parent
@@ -417,14 +459,17 @@ class GuardSpanProcessor(SpanProcessor):
         except AttributeError:
             parent = span.parent
             start_time = span.start_time
-        if parent is None:
-            return
-        batch = self._tracked.get(parent[_SPAN_ID])
+        batch = None if parent is None else self._tracked.get(parent[_SPAN_ID])
         if type(batch) is not _OpenBatch:
-            prompt_id = self._ended_batches.get(parent[_SPAN_ID])
+            prompt_id = None if parent is None else self._ended_batches.get(parent[_SPAN_ID])
             if prompt_id is not None:
                 self._flush([("diagnostic", "late_span", prompt_id, span.context)])
-            return  # an orphan: not under a batch span, not an observation
+            # Not under an open batch span: a GenAI-profile tool call, or an orphan.
+            self._genai_step(span, attributes, starting=False)
+            return
+        if self._genai_open:
+            with self._lock:
+                self._genai.forget(span)  # under a batch span: section 3 reads it
         diagnostic: Diagnostic | None = None
         with self._lock:
             calls = batch.calls
@@ -540,6 +585,18 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes.get(attr.INPUT_RELIABLE) is True,
             ),
         )
+        return self._decide(prompt_id, prompt, guard_input, span, context)
+
+    def _decide(
+        self,
+        prompt_id: str,
+        prompt: _Prompt,
+        guard_input: GuardInput,
+        span: ReadableSpan,
+        context: SpanContext,
+        profile: Profile = "acp",
+    ) -> tuple[Transition | None, BatchEvaluation | None] | None:
+        """Run the reducer on one settled batch of a guarded prompt; under the lock."""
         before = prompt.state
         decision = reduce(before, guard_input)
         kind, after, reason = decision
@@ -603,8 +660,72 @@ class GuardSpanProcessor(SpanProcessor):
             decision=decision,
             decision_value=value,
             action=action,
+            profile=profile,
         )
         return transition, evaluation
+
+    # -- the GenAI-conventions profile (section 3b) -------------------------------------------
+
+    def _genai_step(
+        self, span: ReadableSpan, attributes: Mapping[str, Any], starting: bool
+    ) -> None:
+        out: list[_Emission] = []
+        evaluations: list[BatchEvaluation] = []
+        with self._lock:
+            genai = self._genai
+            events = genai.start(span, attributes) if starting else genai.end(span, attributes)
+            for event in events:
+                self._apply_genai(event, out, evaluations)
+        if out:
+            self._flush(out)
+        for evaluation in evaluations:
+            self._notify(evaluation)
+
+    def _genai_shield(self, span: Span) -> None:
+        with self._lock:
+            self._genai.shield(span)
+
+    def _apply_genai(
+        self, event: ProfileEvent, out: list[_Emission], evaluations: list[BatchEvaluation]
+    ) -> None:
+        if type(event) is ProfileDiagnostic:
+            out.append(("diagnostic", event.name, event.prompt_id, event.span_context))
+        elif type(event) is PromptEnded:
+            self._prompts.pop(event.prompt_id, None)
+        elif type(event) is PromptStarted:
+            now = self._clock()
+            self._prompts.pop(event.prompt_id, None)  # a new prompt span starts a fresh prompt
+            self._admit_prompt(event.prompt_id, self._genai_prompt(now), now, out)
+        elif type(event) is BatchSettled:
+            now = self._clock()
+            prompt = self._prompts.get(event.prompt_id)
+            if prompt is None:  # its state was dropped: rebuilt, still never enforced
+                prompt = self._genai_prompt(now)
+                self._admit_prompt(event.prompt_id, prompt, now, out)
+            else:
+                prompt.last_seen = now
+                self._prompts.move_to_end(event.prompt_id)
+            context = event.span.context
+            if not prompt.guarded or context is None:
+                return
+            # The input drain is taken as reliable with no new input: nothing says otherwise,
+            # and the prompt is never enforced.
+            guard_input: GuardInput = GuardInput(self._mode, event.batch, False, False, True)
+            result = self._decide(
+                event.prompt_id, prompt, guard_input, event.span, context, profile="genai"
+            )
+            if result is not None:
+                transition, evaluation = result
+                if transition is not None:
+                    out.append(("transition", transition))
+                if evaluation is not None:
+                    evaluations.append(evaluation)
+
+    @staticmethod
+    def _genai_prompt(now: float) -> _Prompt:
+        prompt = _Prompt(True, now)
+        prompt.state = _GENAI_INITIAL
+        return prompt
 
     def _admit_prompt(
         self, prompt_id: str, prompt: _Prompt, now: float, out: list[_Emission]
