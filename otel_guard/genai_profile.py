@@ -186,6 +186,48 @@ class GenAIProfile:
         self.lineage.clear()
         self._open_prompt_ids.clear()
 
+    # -- lock-free paths for plain descendants ----------------------------------------------
+
+    def follow(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> bool:
+        """Handle a starting span that cannot produce an event; False if :meth:`start` must.
+
+        Most spans below a prompt are neither model calls nor tool calls (HTTP, database,
+        framework steps): they only pass their prompt on to their children. That is one
+        look-up and one insertion, done without the processor's lock (each is atomic).
+        """
+        if attr.OPERATION_NAME in attributes or attr.TOOL_CALL_ID in attributes:
+            return False
+        try:
+            parent = span._parent
+            span_id = span._context[1]  # type: ignore[index]
+        except (AttributeError, TypeError):
+            return False
+        lineage = self.lineage
+        node = None if parent is None else lineage.get(parent[1])
+        if node is None:
+            return True  # not below a GenAI prompt
+        lineage[span_id] = node.prompt if type(node) is _Tool else node
+        return len(lineage) <= self._max_open  # over the bound: start() evicts, with events
+
+    def drop(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> bool:
+        """Handle an ending span that cannot produce an event; False if :meth:`end` must."""
+        try:
+            span_id = span._context[1]  # type: ignore[index]
+        except (AttributeError, TypeError):
+            return False
+        node = self.lineage.get(span_id)
+        if node is None:
+            return attributes.get(attr.OPERATION_NAME) != attr.EXECUTE_TOOL
+        if type(node) is _Shield or (
+            type(node) is _Prompt
+            and node.span_id != span_id
+            and attr.TOOL_CALL_ID not in attributes
+            and attributes.get(attr.OPERATION_NAME) != attr.EXECUTE_TOOL
+        ):
+            self.lineage.pop(span_id, None)
+            return True
+        return False
+
     # -- span starts ------------------------------------------------------------------------
 
     def start(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> list[ProfileEvent]:

@@ -323,8 +323,8 @@ class GuardSpanProcessor(SpanProcessor):
     # -- SpanProcessor ----------------------------------------------------------------------
 
     def on_start(self, span: Span, parent_context: context_api.Context | None = None) -> None:
-        if self._inert:
-            return
+        # Whether the processor is inert is asked only of spans that may matter: an ignored
+        # span's path pays for the look-ups that ignore it and nothing else.
         try:
             # _attributes(span), inlined: on this path a call costs as much as the reads.
             try:
@@ -335,8 +335,14 @@ class GuardSpanProcessor(SpanProcessor):
             # start: every other span leaves after this one look-up.
             prompt_id = attributes.get(_PROMPT_ID)
             if prompt_id is None:
-                if self._genai_open or attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
+                if (
+                    (self._genai_open or attributes.get(_OPERATION_NAME) == _INVOKE_AGENT)
+                    and not self._inert
+                    and not self._genai.follow(span, attributes)
+                ):
                     self._genai_step(span, attributes, starting=True)
+                return
+            if self._inert:
                 return
             operation = attributes.get(_OPERATION_NAME)
             if operation == _EXECUTE_TOOL or not isinstance(prompt_id, str):
@@ -351,20 +357,22 @@ class GuardSpanProcessor(SpanProcessor):
             self._internal_error()
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._inert:
-            return
         try:
             try:
                 attributes = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
                 attributes = _attributes(span)
             if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
-                self._end_tool(span, attributes)
+                if not self._inert:
+                    self._end_tool(span, attributes)
                 return
             if _PROMPT_ID not in attributes:
-                # Neither a prompt nor a batch span: the common case ends here.
-                if self._genai_open:
+                # Neither a prompt nor a batch span: the common case ends here. The table of
+                # open GenAI spans is empty while the processor is inert.
+                if self._genai_open and not self._genai.drop(span, attributes):
                     self._genai_step(span, attributes, starting=False)
+                return
+            if self._inert:
                 return
             if self._genai_open:
                 self._genai_step(span, attributes, starting=False)
