@@ -152,6 +152,13 @@ def _replay_files(mode: str, output_format: str, files: Sequence[str]) -> int:
     report = replayer.finish()
     if error is not None:
         print(error, file=sys.stderr)
+    unreadable = report.unreadable()
+    if unreadable is not None:
+        shown = ", ".join(files)
+        print(
+            f"{shown}: {report.total.spans} spans, no prompt the guard can read: {unreadable}",
+            file=sys.stderr,
+        )
     if output_format == "json":
         document = report.to_json()
         document["files"] = list(files)

@@ -44,7 +44,8 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
 from otel_guard import attributes as attr
-from otel_guard.processor import BatchEvaluation, GuardSpanProcessor
+from otel_guard.genai_profile import Coverage
+from otel_guard.processor import BatchEvaluation, GuardSpanProcessor, Profile
 from otel_guard.reducer import RESET_REASONS, Mode, Observation
 from otel_guard.sensitive import is_sensitive
 from otel_guard.telemetry import (
@@ -178,6 +179,9 @@ class GuardReport:
         self.diagnostics: dict[str, int] = {}
         self.warned_sample: list[dict[str, Any]] = []
         self.stopped_sample: list[dict[str, Any]] = []
+        # Prompts by how the guard read them: batch spans (acp) or the GenAI conventions (genai).
+        self.profiles: dict[Profile, int] = {"acp": 0, "genai": 0}
+        self.genai_coverage = Coverage(0, 0, 0, 0)
         self._prompts: OrderedDict[str, _PromptAudit] = OrderedDict()
         self._resource_groups: dict[int, tuple[Resource, Group, Tally]] = {}
 
@@ -214,6 +218,7 @@ class GuardReport:
                 self._prompts.popitem(last=False)
             for tally in tallies:
                 tally.prompts += 1
+            self.profiles[evaluation.profile] += 1
         else:
             self._prompts.move_to_end(evaluation.prompt_id)
         calls = [o for o in evaluation.batch.observations if not o.provider_duplicate]
@@ -321,6 +326,28 @@ class GuardReport:
 
     # -- output ----------------------------------------------------------------------------
 
+    def unreadable(self) -> str | None:
+        """Why spans were read but no prompt was, naming the missing attributes; else None."""
+        if self.total.spans == 0 or self.total.prompts > 0:
+            return None
+        seen = self.genai_coverage
+        if seen.prompts and not seen.tool_calls:
+            return (
+                f"{seen.prompts} invoke_agent span(s) but no tool-call span below them: "
+                f"missing {attr.OPERATION_NAME}={attr.EXECUTE_TOOL} "
+                f"(or {attr.TOOL_NAME} with {attr.TOOL_CALL_ID})"
+            )
+        if seen.orphan_tool_calls:
+            return (
+                f"{seen.orphan_tool_calls} {attr.EXECUTE_TOOL} span(s) but none below a prompt: "
+                f"missing an ancestor with {attr.OPERATION_NAME}={attr.INVOKE_AGENT}, "
+                f"or a parent batch span with {attr.PROMPT_ID} and {attr.BATCH_ADMITTED}"
+            )
+        return (
+            f"no span carries {attr.OPERATION_NAME}={attr.INVOKE_AGENT}/{attr.EXECUTE_TOOL}, "
+            f"nor {attr.PROMPT_ID} with {attr.BATCH_ADMITTED}"
+        )
+
     @property
     def invariant_violations(self) -> int:
         return sum(self.violations.values())
@@ -333,6 +360,7 @@ class GuardReport:
             "duplicate_spans": self.duplicate_spans,
         }
         document.update(self.total.to_json())
+        document["profiles"] = dict(self.profiles)
         document["invariant_violations"] = self.invariant_violations
         document["invariants"] = {name: self.violations[name] for name in INVARIANTS}
         document["diagnostics"] = dict(sorted(self.diagnostics.items()))
@@ -359,6 +387,10 @@ class GuardReport:
         )
         lines.append(f"all ({self.traces} traces{duplicates}, mode {self.mode})")
         lines.extend(_tally_lines(self.total))
+        lines.append(
+            f"  prompts read from batch spans (acp) {self.profiles['acp']},"
+            f" from GenAI conventions (genai) {self.profiles['genai']}"
+        )
         for title, sample in (("warned", self.warned_sample), ("stopped", self.stopped_sample)):
             if sample:
                 shown = ", ".join(_sample_text(entry) for entry in sample[:10])
@@ -499,6 +531,7 @@ class GuardPipeline:
     def close(self) -> GuardReport:
         """Finish the audit and shut the providers down; returns the report."""
         self.report.diagnostics = self.guard.diagnostics()
+        self.report.genai_coverage = self.guard.genai_coverage()
         self.report.audit_metrics(self.metric_reader)
         self.guard.shutdown()
         self.logger_provider.shutdown()

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import Harness, decisions_of
 from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 from otel_guard import BatchEvaluation
+from otel_guard.cli import main
+from otel_guard.otlp_json import OtlpJsonSpanExporter
 from otel_guard.telemetry import DECISIONS_METRIC, TRANSITION_EVENT
 
 
@@ -303,3 +308,69 @@ def test_malformed_attribute_values_never_raise_from_span_end() -> None:
         span.end()
     assert agent.harness.guard.diagnostics().get("internal_error") is None
     assert len(agent.evaluations) == 1
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def _write(agent: Agent, path: Path) -> Path:
+    with open(path, "w", encoding="utf-8") as stream:
+        OtlpJsonSpanExporter(stream).export(agent.harness.span_exporter.get_finished_spans())
+    return path
+
+
+def _replay(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, dict[str, Any], str]:
+    code = main(["replay", "--format", "json", str(path)])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.err
+
+
+def test_replay_reads_genai_traces_with_the_live_decisions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)
+    code, report, err = _replay(capsys, _write(agent, tmp_path / "genai.jsonl"))
+    assert code == 0 and err == ""
+    assert report["profiles"] == {"acp": 0, "genai": 1}
+    assert report["prompts"] == 1 and report["batches"] == 3
+    live = agent.harness.decision_counts()
+    assert {k: v for k, v in report["decisions"].items() if v} == live
+
+
+def test_replay_counts_batch_span_prompts_as_acp(capsys: pytest.CaptureFixture[str]) -> None:
+    demo = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
+    code, report, _ = _replay(capsys, demo)
+    assert code == 0
+    assert report["profiles"]["acp"] == report["prompts"] > 0
+    assert report["profiles"]["genai"] == 0
+
+
+def test_replay_names_the_missing_attributes_when_no_prompt_is_readable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = Agent()
+    root = plain.tracer.start_span("GET /")
+    plain.span(root, "SELECT", {"db.system": "sqlite"}).end()
+    root.end()
+    orphans = Agent()
+    root = orphans.tracer.start_span("handler")
+    orphans.tool(root)
+    root.end()
+    idle = Agent()
+    with idle.prompt() as prompt:
+        idle.chat(prompt)
+    expected = {
+        "plain": "no span carries gen_ai.operation.name=invoke_agent/execute_tool",
+        "orphans": "missing an ancestor with gen_ai.operation.name=invoke_agent",
+        "idle": "missing gen_ai.operation.name=execute_tool",
+    }
+    for name, agent in (("plain", plain), ("orphans", orphans), ("idle", idle)):
+        path = _write(agent, tmp_path / f"{name}.jsonl")
+        code, report, err = _replay(capsys, path)
+        assert code == 0 and report["prompts"] == 0
+        assert err.count("\n") == 1, err
+        assert err.startswith(f"{path}: ") and expected[name] in err
