@@ -328,8 +328,8 @@ class GuardReport:
 
     def unreadable(self) -> str | None:
         """Why spans were read but no prompt was, naming the missing attributes; else None."""
-        if self.total.spans == 0 or self.total.prompts > 0:
-            return None
+        if self.total.spans == 0 or self.total.prompts > 0 or self.mode == "off":
+            return None  # in mode off the guard reads nothing by design
         seen = self.genai_coverage
         if seen.prompts and not seen.tool_calls:
             return (
