@@ -14,6 +14,8 @@ processor runs the reducer on what it reports, exactly as for a batch span.
 * **Tool call**: an ``execute_tool`` span, or a span carrying both ``gen_ai.tool.name`` and
   ``gen_ai.tool.call.id``, whose nearest ``invoke_agent`` ancestor is the prompt and which carries
   no ``acp.*`` attribute (those follow section 3). It belongs to the batch open when it started.
+* **Handed over**: a GenAI prompt whose ``invoke_agent`` span gets an ``acp.*`` prompt span as
+  a direct child is read through that prompt's section 3 spans instead, from then on.
 * **Inferred batch**: the tool calls started between two model-call starts (or before the first
   one). It settles when the next model call starts or the prompt span ends, and is complete only
   if every tool span of it had ended by then. A window without tool calls is not a batch.
@@ -270,12 +272,27 @@ class GenAIProfile:
         if type(node) is _Tool:
             node.batch.open_tools -= 1
 
-    def shield(self, span: ReadableSpan) -> None:
-        """An ``acp.*`` prompt span started: if it is below a GenAI prompt, its subtree is not."""
+    def shield(self, span: ReadableSpan) -> list[ProfileEvent]:
+        """An ``acp.*`` prompt span started: if it is below a GenAI prompt, its subtree is not.
+
+        When its parent is the ``invoke_agent`` span of a GenAI prompt itself, the host describes
+        that very prompt with section 3 spans (an integration inside a framework's instrumented
+        run): the GenAI reading of the prompt steps aside, so no call is evaluated twice.
+        """
+        events: list[ProfileEvent] = []
         parent = span.parent
         context = span.context
-        if parent is not None and context is not None and parent.span_id in self.lineage:
-            self.lineage[context.span_id] = _SHIELD  # bounded by the next _remember
+        if parent is None or context is None:
+            return events
+        node = self.lineage.get(parent.span_id)
+        if node is None:
+            return events
+        if type(node) is _Prompt and node.span_id == parent.span_id and not node.ended:
+            node.ended = True
+            self.lineage[parent.span_id] = _SHIELD
+            self._close_prompt_id(node, events)
+        self.lineage[context.span_id] = _SHIELD  # bounded by the next _remember
+        return events
 
     def _start_prompt(
         self,

@@ -690,8 +690,12 @@ class GuardSpanProcessor(SpanProcessor):
             self._notify(evaluation)
 
     def _genai_shield(self, span: Span) -> None:
+        out: list[_Emission] = []
         with self._lock:
-            self._genai.shield(span)
+            for event in self._genai.shield(span):
+                self._apply_genai(event, out, [])
+        if out:
+            self._flush(out)
 
     def _apply_genai(
         self, event: ProfileEvent, out: list[_Emission], evaluations: list[BatchEvaluation]

@@ -264,6 +264,24 @@ def test_spans_with_acp_attributes_follow_section_3_even_below_a_genai_prompt() 
     ]
 
 
+def test_a_genai_prompt_with_an_acp_prompt_child_is_handed_over_to_section_3() -> None:
+    agent = Agent()
+    harness = agent.harness
+    with agent.prompt() as outer:
+        acp = harness.tracer.start_span(
+            "invoke_agent",
+            context=set_span_in_context(outer),
+            attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "acp-1"},
+        )
+        for _ in range(3):
+            agent.turn(outer)  # the framework's own spans, below its own run span
+        harness.failing_batches("acp-1", 1)
+        acp.end()
+    assert [(e.prompt_id, e.profile) for e in agent.evaluations] == [("acp-1", "acp")]
+    assert harness.guard.diagnostics() == {}
+    assert harness.guard._genai_open == {}
+
+
 def test_spans_outside_any_genai_prompt_leave_no_state() -> None:
     agent = Agent()
     root = agent.tracer.start_span("GET /")
