@@ -7,11 +7,16 @@ span processor in the framework's tracer provider.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from harness import Harness
+
+from otel_guard.cli import main
+from otel_guard.otlp_json import OtlpJsonSpanExporter
 
 # -- pydantic-ai's own Instrumentation ----------------------------------------------------------
 
@@ -221,3 +226,19 @@ def test_openai_agents_successful_tools_are_successes(openai_agents: Any) -> Non
     statuses = {o.execution_status for e in evaluations for o in e.batch.observations}
     assert statuses == {"success"} and len(evaluations) == 2
     assert harness.decision_counts() == {}
+
+
+def test_pydantic_ai_traces_replay_to_the_live_decisions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _pydantic_ai()
+    harness = _run_pydantic_ai(_scripts()["failing"], integrated=False)
+    path = tmp_path / "pydantic-ai.jsonl"
+    with open(path, "w", encoding="utf-8") as stream:
+        OtlpJsonSpanExporter(stream).export(harness.span_exporter.get_finished_spans())
+    assert main(["replay", "--format", "json", str(path)]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert captured.err == ""
+    assert report["profiles"] == {"acp": 0, "genai": 1}
+    assert {k: v for k, v in report["decisions"].items() if v} == harness.decision_counts()
