@@ -1,4 +1,7 @@
-"""Names of the span attributes the guard reads (SPEC section 3); no other module knows them."""
+"""Names of the span attributes the guard reads (docs/contract.md section 3).
+
+No other module knows them.
+"""
 
 from __future__ import annotations
 

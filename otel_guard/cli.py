@@ -1,4 +1,4 @@
-"""The ``otel-guard`` command: ``demo`` and ``replay`` (SPEC section 7).
+"""The ``otel-guard`` command: ``demo`` and ``replay`` (docs/contract.md section 7).
 
 Exit status: 0 when every input was read; 1 when an input file could not be read or held a
 malformed line (the one-line message ``FILE:LINE: what`` goes to stderr and the report of

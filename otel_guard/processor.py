@@ -4,7 +4,7 @@ Data flows one way: span -> batch assembly -> :func:`otel_guard.reducer.reduce` 
 the host action. The reducer runs synchronously inside the batch span's ``end()``; telemetry is
 emitted after the guard's lock is released, with instrumentation suppressed.
 
-Span identification (SPEC section 3), decided when a span starts:
+Span identification (docs/contract.md section 3), decided when a span starts:
 
 * ``gen_ai.operation.name == "execute_tool"``: a tool-call span, kept when it ends under an open
   batch span; its attributes are read when the batch span ends, in call start order (a call ID
@@ -117,12 +117,12 @@ class GuardAction:
 class BatchEvaluation:
     """One batch the guard evaluated, for in-process listeners (the CLI's replay report).
 
-    ``decision`` is the reducer's decision; ``decision_value`` is the SPEC section 5 value that
-    was emitted (``None`` for ``none``), which differs from the reducer's kind when a ``stop`` is
-    recorded as ``would_stop`` because the host never took the reminder. ``profile`` says how
-    the batch was read: ``acp`` (a batch span, section 3) or ``genai`` (inferred, section 3b);
-    ``span`` is the batch span, or for an inferred batch the model-call or prompt span that
-    settled it.
+    ``decision`` is the reducer's decision; ``decision_value`` is the value of docs/contract.md
+    section 5 that was emitted (``None`` for ``none``), which differs from the reducer's kind when
+    a ``stop`` is recorded as ``would_stop`` because the host never took the reminder.
+    ``profile`` says how the batch was read: ``acp`` (a batch span, section 3) or ``genai``
+    (inferred, section 3b); ``span`` is the batch span, or for an inferred batch the model-call
+    or prompt span that settled it.
     """
 
     prompt_id: str

@@ -1,4 +1,4 @@
-"""Helpers with which a Python agent emits the spans the guard reads (SPEC section 3).
+"""Helpers with which a Python agent emits the spans the guard reads (docs/contract.md section 3).
 
 A host describes each model turn's tool calls with three nested scopes::
 

@@ -175,7 +175,7 @@ def _eligible_error_type(value: str) -> bool:
 
 
 def reduce(state: GuardState, input: GuardInput) -> Decision:
-    """Apply one settled batch to ``state`` and return the decision (SPEC section 2).
+    """Apply one settled batch to ``state`` and return the decision (docs/contract.md section 2).
 
     An input mode that is not one of the four modes is treated as ``shadow``, the same as a
     missing or invalid deployment setting: the reducer never enforces on a mode it cannot read.

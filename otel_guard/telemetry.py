@@ -1,4 +1,6 @@
-"""What the guard emits (SPEC section 5). The only module that knows output metric and log names.
+"""What the guard emits (docs/contract.md section 5).
+
+The only module that knows output metric and log names.
 
 Every attribute value comes from a closed set, except the transition log's ``prompt_id``,
 ``candidate_ordinal`` and ``execution_error_type`` (already validated against a strict pattern by

@@ -32,7 +32,7 @@ MODES = ("shadow", "warn", "enforce")
 
 
 def decisions_series_bound(values: Mapping[str, frozenset[str]]) -> int:
-    """The most decisions-counter series the SPEC's closed sets allow.
+    """The most decisions-counter series the closed sets of docs/contract.md section 5 allow.
 
     Every series has ``route``, ``mode``, both phases, ``decision`` and both buckets; a reset
     adds its ``reset_reason``; any other decision adds ``terminal_status``, ``execution_status``

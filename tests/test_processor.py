@@ -1,4 +1,4 @@
-"""GuardSpanProcessor end to end through real SDK providers (SPEC sections 3, 4 and 5)."""
+"""GuardSpanProcessor end to end through real SDK providers (docs/contract.md sections 3-5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The producer helpers emit SPEC section 3 spans that a real guard evaluates as intended."""
+"""The producer helpers emit docs/contract.md section 3 spans a real guard evaluates as intended."""
 
 from __future__ import annotations
 

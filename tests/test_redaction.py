@@ -1,4 +1,4 @@
-"""RedactingSpanExporter: what an exported copy keeps and what it loses (SPEC section 6)."""
+"""RedactingSpanExporter: what an exported copy keeps and loses (docs/contract.md section 6)."""
 
 from __future__ import annotations
 
@@ -361,7 +361,7 @@ def test_redaction_is_not_done_inside_span_end_with_a_batch_processor() -> None:
     provider.shutdown()
 
 
-_SPEC_KEYS = (
+_CONTRACT_KEYS = (
     "gen_ai.tool.call.arguments",
     "gen_ai.tool.call.result",
     "gen_ai.input.messages",
@@ -384,7 +384,7 @@ _SPEC_KEYS = (
 )
 
 
-@pytest.mark.parametrize("key", _SPEC_KEYS)
+@pytest.mark.parametrize("key", _CONTRACT_KEYS)
 def test_registry_names_the_spec_and_legacy_keys(key: str) -> None:
     assert is_sensitive(key)
     assert RedactingSpanExporter(InMemorySpanExporter()).removes(key)
@@ -410,7 +410,7 @@ def test_registry_keeps_the_structural_keys(key: str) -> None:
 
 _keys = st.one_of(
     st.sampled_from(sorted(SENSITIVE_KEYS)),
-    st.sampled_from(_SPEC_KEYS),
+    st.sampled_from(_CONTRACT_KEYS),
     st.from_regex(r"[a-z]{1,6}(\.[a-z_]{1,8}){0,3}", fullmatch=True),
 )
 _values = st.one_of(

@@ -1,4 +1,4 @@
-"""Example-based tests of the pure reducer against the normative algorithm of SPEC section 2.
+"""Example-based tests of the pure reducer against the algorithm of docs/contract.md section 2.
 
 Every expected state below is written out by hand from the algorithm, never taken from a run.
 """

@@ -1,4 +1,4 @@
-"""Invariants of the reducer over random batch sequences (SPEC section 2)."""
+"""Invariants of the reducer over random batch sequences (docs/contract.md section 2)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The receiver is a standard-library HTTP server started and stopped by each test; it decodes what
 arrives with ``opentelemetry-proto``. No canary may be in the received bytes, and the guard's
-metrics and logs must carry exactly the SPEC's names and values.
+metrics and logs must carry exactly the names and values of docs/contract.md section 5.
 """
 
 from __future__ import annotations

@@ -129,8 +129,8 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         tracer_provider: where the spans go. It must have ``guard`` among its span processors.
             When omitted, a private provider holding only the guard is used, so the guard works
             without exporting any span.
-        route, channel: the prompt route markers of SPEC section 3 for every run of the agent;
-            only interactive prompts without the channel marker are guarded.
+        route, channel: the prompt route markers of docs/contract.md section 3 for every run of
+            the agent; only interactive prompts without the channel marker are guarded.
     """
 
     def __init__(
