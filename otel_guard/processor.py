@@ -472,8 +472,11 @@ class GuardSpanProcessor(SpanProcessor):
             prompt_id = None if parent is None else self._ended_batches.get(parent[_SPAN_ID])
             if prompt_id is not None:
                 self._flush([("diagnostic", "late_span", prompt_id, span.context)])
-            # Not under an open batch span: a GenAI-profile tool call, or an orphan.
-            self._genai_step(span, attributes, starting=False)
+                if self._genai_open:
+                    with self._lock:
+                        self._genai.forget(span)
+            else:  # not under a batch span: a GenAI-profile tool call, or an orphan
+                self._genai_step(span, attributes, starting=False)
             return
         if self._genai_open:
             with self._lock:

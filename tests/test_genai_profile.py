@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from harness import Harness, decisions_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 from otel_guard import BatchEvaluation
@@ -392,3 +394,48 @@ def test_replay_names_the_missing_attributes_when_no_prompt_is_readable(
         assert code == 0 and report["prompts"] == 0
         assert err.count("\n") == 1, err
         assert err.startswith(f"{path}: ") and expected[name] in err
+
+
+KINDS = ("plain", "chat", "tool", "named_tool", "invoke_agent", "acp_prompt")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(("start", "end")), st.sampled_from(KINDS), st.integers(0, 50)),
+        max_size=60,
+    )
+)
+def test_any_span_tree_leaves_no_state_and_never_raises(
+    steps: list[tuple[str, str, int]],
+) -> None:
+    agent = Agent()
+    attributes = {
+        "plain": {"db.system": "sqlite"},
+        "chat": {"gen_ai.operation.name": "chat"},
+        "tool": {"gen_ai.operation.name": "execute_tool", "error.type": "timeout"},
+        "named_tool": {"gen_ai.tool.name": "read", "gen_ai.tool.call.id": "x"},
+        "invoke_agent": {"gen_ai.operation.name": "invoke_agent"},
+        "acp_prompt": {"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "p"},
+    }
+    open_spans: list[Span] = []
+    started = 0
+    for action, kind, pick in steps:
+        if action == "start" or not open_spans:
+            parent = open_spans[pick % len(open_spans)] if open_spans and pick % 5 else None
+            span = agent.tracer.start_span(
+                kind,
+                context=None if parent is None else set_span_in_context(parent),
+                attributes=attributes[kind],
+            )
+            open_spans.append(span)
+            started += 1
+        else:
+            open_spans.pop(pick % len(open_spans)).end()
+    while open_spans:
+        open_spans.pop().end()
+    guard = agent.harness.guard
+    assert guard._genai_open == {}
+    assert "internal_error" not in guard.diagnostics()
+    assert sum(len(e.batch.observations) for e in agent.evaluations) <= started
+    assert {e.profile for e in agent.evaluations} <= {"genai", "acp"}
