@@ -333,10 +333,16 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes = _attributes(span)
             # Only prompt and batch spans matter here, and both carry the prompt ID from their
             # start: every other span leaves after this one look-up.
-            prompt_id = attributes.get(_PROMPT_ID)
-            if prompt_id is None:
+            # Membership tests, not get(): on a miss, no method call.
+            if _PROMPT_ID not in attributes:
                 if (
-                    (self._genai_open or attributes.get(_OPERATION_NAME) == _INVOKE_AGENT)
+                    (
+                        self._genai_open
+                        or (
+                            _OPERATION_NAME in attributes
+                            and attributes[_OPERATION_NAME] == _INVOKE_AGENT
+                        )
+                    )
                     and not self._inert
                     and not self._genai.follow(span, attributes)
                 ):
@@ -344,6 +350,7 @@ class GuardSpanProcessor(SpanProcessor):
                 return
             if self._inert:
                 return
+            prompt_id = attributes[_PROMPT_ID]
             operation = attributes.get(_OPERATION_NAME)
             if operation == _EXECUTE_TOOL or not isinstance(prompt_id, str):
                 return  # tool-call spans are read when they end
@@ -362,7 +369,7 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
                 attributes = _attributes(span)
-            if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
+            if _OPERATION_NAME in attributes and attributes[_OPERATION_NAME] == _EXECUTE_TOOL:
                 if not self._inert:
                     self._end_tool(span, attributes)
                 return
