@@ -301,3 +301,22 @@ def test_install_guard_joins_what_the_standard_distro_configured(tmp_path: Path)
     assert summary["guards"] == 1 and not summary["own_span_path"]
     assert _would_warn_exported(stdout)
     assert "existing span export is not redacted" in stderr
+
+
+def test_the_configurator_loaded_unnamed_configures_the_sdk_without_the_guard(
+    tmp_path: Path,
+) -> None:
+    _instrument_available()
+    stdout, _, summary = _run(
+        """
+        from otel_guard.zero_code import GuardConfigurator, installation
+        GuardConfigurator().configure()
+        run_agent()
+        summary(installation(), sdk=type(trace.get_tracer_provider()).__name__)
+        """,
+        {"OTEL_TRACES_EXPORTER": "console"},
+        tmp_path,
+    )
+    assert not summary["installed"] and summary["guards"] == 0
+    assert summary["sdk"] == "TracerProvider"
+    assert '"execute_tool' in stdout  # the SDK's own console export
