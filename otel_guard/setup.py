@@ -20,11 +20,13 @@ from collections.abc import Iterable, Sequence
 from typing import Final, Literal, cast
 
 from opentelemetry import _logs, metrics, trace
+from opentelemetry._logs import _internal as _logs_internal
 from opentelemetry.environment_variables import (
     OTEL_LOGS_EXPORTER,
     OTEL_METRICS_EXPORTER,
     OTEL_TRACES_EXPORTER,
 )
+from opentelemetry.metrics import _internal as _metrics_internal
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
@@ -47,6 +49,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.util._once import Once
 
 from otel_guard.processor import GuardSpanProcessor
 from otel_guard.redaction import RedactingSpanExporter
@@ -198,8 +201,9 @@ def install_guard(
       ``False`` never), so spans are not exported twice; otherwise a warning says that the
       host's existing span export is not redacted by the guard. Metric readers cannot be added
       to an existing ``MeterProvider``: given ``metric_readers`` are then not used, with a
-      warning. A global provider that is set but is not the SDK's cannot be joined or replaced:
-      a warning says so and the guard sees only the spans of the returned ``tracer_provider``.
+      warning. A no-op global provider is replaced. Any other global provider that is not the
+      SDK's can be neither joined nor replaced: a warning says so, and the guard sees only the
+      spans of the returned ``tracer_provider``.
 
     Call :meth:`GuardInstallation.shutdown` before the process exits to export what is buffered.
     """
@@ -297,8 +301,29 @@ def _has_span_processors(provider: TracerProvider) -> bool:
     return bool(getattr(active, "_span_processors", ()))
 
 
+def _forget_noop_global(signal: Signal) -> None:
+    """Let a no-op global provider that was set explicitly be replaced.
+
+    The API sets each global provider once; a no-op one does nothing, so replacing it changes
+    nothing that anything relies on. Its set-once guard is the API's module state.
+    """
+    if signal == "traces":
+        if isinstance(trace.get_tracer_provider(), trace.NoOpTracerProvider):
+            trace._TRACER_PROVIDER_SET_ONCE = Once()
+            trace._TRACER_PROVIDER = None
+    elif signal == "metrics":
+        if isinstance(metrics.get_meter_provider(), metrics.NoOpMeterProvider):
+            _metrics_internal._METER_PROVIDER_SET_ONCE = Once()
+            _metrics_internal._METER_PROVIDER = None
+    elif isinstance(_logs.get_logger_provider(), _logs.NoOpLoggerProvider):
+        _logs_internal._LOGGER_PROVIDER_SET_ONCE = Once()
+        _logs_internal._LOGGER_PROVIDER = None
+
+
 def _set_global(signal: Signal, provider: TracerProvider | MeterProvider | LoggerProvider) -> None:
-    """Make ``provider`` the global one, warning loudly when another was already set."""
+    """Make ``provider`` the global one (replacing a no-op one), warning loudly when another
+    provider is already set."""
+    _forget_noop_global(signal)
     if signal == "traces":
         trace.set_tracer_provider(cast(TracerProvider, provider))
         current: object = trace.get_tracer_provider()

@@ -201,12 +201,36 @@ def test_install_guard_joins_global_sdk_providers_already_set(tmp_path: Path) ->
     assert "Overriding of current" not in stderr
 
 
-def test_a_non_sdk_global_provider_is_reported_not_silently_kept(tmp_path: Path) -> None:
+def test_no_op_global_providers_are_replaced(tmp_path: Path) -> None:
+    _, stderr, summary = _run(
+        """
+        from opentelemetry import _logs, metrics, trace
+        from otel_guard import install_guard
+        trace.set_tracer_provider(trace.NoOpTracerProvider())
+        metrics.set_meter_provider(metrics.NoOpMeterProvider())
+        _logs.set_logger_provider(_logs.NoOpLoggerProvider())
+        installation = install_guard()
+        summary(installation, meters=metrics.get_meter_provider() is installation.meter_provider,
+                loggers=_logs.get_logger_provider() is installation.logger_provider)
+        installation.shutdown()
+        """,
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
+        tmp_path,
+    )
+    assert summary["global_is_installation"] and summary["guards"] == 1
+    assert summary["meters"] and summary["loggers"] and summary["joined"] == []
+    assert "otel_guard" not in stderr
+
+
+def test_another_non_sdk_global_provider_is_reported_not_silently_kept(tmp_path: Path) -> None:
     _, stderr, summary = _run(
         """
         from opentelemetry import trace
         from otel_guard import install_guard
-        trace.set_tracer_provider(trace.NoOpTracerProvider())
+        class Vendor(trace.TracerProvider):
+            def get_tracer(self, *args, **kwargs):
+                return trace.NoOpTracer()
+        trace.set_tracer_provider(Vendor())
         installation = install_guard()
         summary(installation)
         installation.shutdown()
@@ -214,7 +238,7 @@ def test_a_non_sdk_global_provider_is_reported_not_silently_kept(tmp_path: Path)
         {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
         tmp_path,
     )
-    assert "cannot be replaced" in stderr and "NoOpTracerProvider" in stderr
+    assert "cannot be replaced" in stderr and "Vendor" in stderr
     assert summary["installed"] and not summary["global_is_installation"]
 
 
