@@ -67,6 +67,10 @@ __all__ = [
     "PromptStarted",
 ]
 
+# Bound once: follow() and drop() run for every span below an open GenAI prompt.
+_OPERATION_NAME: Final = attr.OPERATION_NAME
+_TOOL_CALL_ID: Final = attr.TOOL_CALL_ID
+_EXECUTE_TOOL: Final = attr.EXECUTE_TOOL
 # Longer values are treated as missing, as for section 3 spans.
 _MAX_ID_LENGTH: Final = 256
 _MAX_TOOL_NAME_LENGTH: Final = 256
@@ -197,7 +201,7 @@ class GenAIProfile:
         framework steps): they only pass their prompt on to their children. That is one
         look-up and one insertion, done without the processor's lock (each is atomic).
         """
-        if attr.OPERATION_NAME in attributes or attr.TOOL_CALL_ID in attributes:
+        if _OPERATION_NAME in attributes or _TOOL_CALL_ID in attributes:
             return False
         try:
             parent = span._parent
@@ -217,16 +221,17 @@ class GenAIProfile:
             span_id = span._context[1]  # type: ignore[index]
         except (AttributeError, TypeError):
             return False
-        node = self.lineage.get(span_id)
+        lineage = self.lineage
+        node = lineage.get(span_id)
         if node is None:
-            return attributes.get(attr.OPERATION_NAME) != attr.EXECUTE_TOOL
+            return attributes.get(_OPERATION_NAME) != _EXECUTE_TOOL
         if type(node) is _Shield or (
             type(node) is _Prompt
             and node.span_id != span_id
-            and attr.TOOL_CALL_ID not in attributes
-            and attributes.get(attr.OPERATION_NAME) != attr.EXECUTE_TOOL
+            and _TOOL_CALL_ID not in attributes
+            and attributes.get(_OPERATION_NAME) != _EXECUTE_TOOL
         ):
-            self.lineage.pop(span_id, None)
+            lineage.pop(span_id, None)
             return True
         return False
 
