@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +29,7 @@ class Agent:
         self.evaluations: list[BatchEvaluation] = []
         self.harness = Harness(mode=mode, listener=self.evaluations.append, **guard_kwargs)
         self.tracer = self.harness.tracer
-        self._seq = 0
+        self._ids = itertools.count(1)  # next() is atomic: threads may share one agent
 
     @contextmanager
     def prompt(
@@ -61,10 +63,9 @@ class Agent:
         extra: Mapping[str, Any] | None = None,
         operation: str | None = "execute_tool",
     ) -> Span:
-        self._seq += 1
         attributes: dict[str, Any] = {
             "gen_ai.tool.name": tool,
-            "gen_ai.tool.call.id": f"call-{self._seq}",
+            "gen_ai.tool.call.id": f"call-{next(self._ids)}",
             **(extra or {}),
         }
         if operation is not None:
@@ -439,3 +440,35 @@ def test_any_span_tree_leaves_no_state_and_never_raises(
     assert "internal_error" not in guard.diagnostics()
     assert sum(len(e.batch.observations) for e in agent.evaluations) <= started
     assert {e.profile for e in agent.evaluations} <= {"genai", "acp"}
+
+
+def test_concurrent_prompts_on_many_threads_each_get_their_own_decisions() -> None:
+    agent = Agent()
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            with agent.prompt(f"conv-{index}") as prompt:
+                for _ in range(3):
+                    agent.chat(prompt)
+                    step = agent.span(prompt, "running tools")
+                    for _ in range(4):
+                        agent.tool(step)
+                    agent.span(step, "GET /").end()
+                    step.end()
+                agent.chat(prompt)
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    by_prompt: dict[str, list[str]] = {}
+    for evaluation in agent.evaluations:
+        by_prompt.setdefault(evaluation.prompt_id, []).append(evaluation.decision.kind)
+    assert by_prompt == {f"conv-{i}": ["tracked", "would_warn", "would_stop"] for i in range(8)}
+    assert agent.harness.guard.diagnostics() == {}
+    assert agent.harness.guard._genai_open == {}
