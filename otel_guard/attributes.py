@@ -22,7 +22,7 @@ __all__ = [
     "INPUT_RELIABLE",
     "INVOKE_AGENT",
     "MCP_PREFIX",
-    "MODEL_CALL_OPERATIONS",
+    "MODEL_OPERATIONS",
     "OPERATION_NAME",
     "PROMPT_CHANNEL",
     "PROMPT_ID",
@@ -36,6 +36,8 @@ __all__ = [
     "TOOL_PROVIDER_DUPLICATE",
     "TOOL_STATUS",
     "TOOL_TYPE",
+    "USAGE_INPUT_TOKENS",
+    "USAGE_OUTPUT_TOKENS",
 ]
 
 # OpenTelemetry GenAI semantic conventions.
@@ -46,8 +48,6 @@ TOOL_NAME: Final = _gen_ai.GEN_AI_TOOL_NAME  # "gen_ai.tool.name", the resolved 
 TOOL_CALL_ID: Final = _gen_ai.GEN_AI_TOOL_CALL_ID  # "gen_ai.tool.call.id"
 
 # The GenAI-conventions profile (agents without acp.* attributes).
-CONVERSATION_ID: Final = _gen_ai.GEN_AI_CONVERSATION_ID  # "gen_ai.conversation.id"
-MODEL_CALL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
 ERROR_TYPE: Final = "error.type"
 EXCEPTION_EVENT: Final = "exception"
 EXCEPTION_TYPE: Final = "exception.type"
@@ -75,3 +75,9 @@ TOOL_STATUS: Final = "acp.tool.status"
 TOOL_EXECUTION_STATUS: Final = "acp.tool.execution.status"
 TOOL_EXECUTION_ERROR_TYPE: Final = "acp.tool.execution.error_type"
 TOOL_PROVIDER_DUPLICATE: Final = "acp.tool.provider_duplicate"
+
+# Model calls: the GenAI profile's batch boundaries, and the work a stop would have saved.
+MODEL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
+USAGE_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_INPUT_TOKENS  # "gen_ai.usage.input_tokens"
+USAGE_OUTPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS  # "gen_ai.usage.output_tokens"
+CONVERSATION_ID: Final = _gen_ai.GEN_AI_CONVERSATION_ID  # "gen_ai.conversation.id"

@@ -1,4 +1,4 @@
-"""The ``otel-guard`` command: ``demo`` and ``replay`` (docs/contract.md section 7).
+"""The ``otel-guard`` command: ``demo``, ``replay`` and ``merge`` (docs/contract.md section 7).
 
 Exit status: 0 when every input was read; 1 when an input file could not be read or held a
 malformed line (the one-line message ``FILE:LINE: what`` goes to stderr and the report of
@@ -11,21 +11,41 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib.util
 import json
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from typing import IO
+from typing import IO, Any
 
 from otel_guard.otlp_json import MalformedInput, OtlpJsonReader
-from otel_guard.reducer import parse_mode
-from otel_guard.replay import Replayer
+from otel_guard.reducer import BATCH_THRESHOLD, THRESHOLD, parse_mode
+from otel_guard.replay import (
+    DEFAULT_MAX_OPEN_TRACES,
+    DEFAULT_MAX_TRACE_SPANS,
+    SWEEP_THRESHOLDS,
+    Replayer,
+)
+from otel_guard.report import (
+    BOUNDS,
+    DAY_LIMIT,
+    GROUP_LIMIT,
+    TIMELINE_LIMIT,
+    ReportMismatch,
+    merge_reports,
+    printable,
+    render_text,
+    unreadable,
+)
 from otel_guard.version import __version__
 
 __all__ = ["main"]
 
 EXIT_OK = 0
 EXIT_INPUT = 1
+EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
@@ -68,8 +88,65 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--format", choices=("text", "json"), default="text", help="report format (default text)"
     )
+    replay.add_argument(
+        "--threshold",
+        type=_positive,
+        default=THRESHOLD,
+        metavar="N",
+        help=f"what-if: failures before a warning (live guard: {THRESHOLD}; analysis only)",
+    )
+    replay.add_argument(
+        "--batch-threshold",
+        type=_positive,
+        default=BATCH_THRESHOLD,
+        metavar="M",
+        help=f"what-if: batches before a warning (live guard: {BATCH_THRESHOLD}; analysis only)",
+    )
+    replay.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also replay thresholds "
+        + ", ".join(str(t) for t in SWEEP_THRESHOLDS)
+        + " and compare would-stop prompts, self-recovered prompts and saved work",
+    )
+    replay.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write a self-contained HTML report with plots (needs the html extra; "
+        "implies --sweep)",
+    )
+    replay.add_argument(
+        "--jobs",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="replay in N processes, each owning a shard of the prompts (default 1)",
+    )
     replay.add_argument("files", nargs="+", metavar="FILE", help="OTLP/JSON files, read as one")
+
+    merge = commands.add_parser(
+        "merge",
+        help="merge JSON replay reports of shards into one",
+        description="Merge reports written by 'otel-guard replay --format json' for disjoint "
+        "shards of the prompts (for example, replays of different days or hosts) into the "
+        "report one replay of everything would give.",
+    )
+    merge.add_argument(
+        "--format", choices=("text", "json"), default="json", help="report format (default json)"
+    )
+    merge.add_argument("--html", metavar="FILE", help="also write the HTML report")
+    merge.add_argument("reports", nargs="+", metavar="REPORT.json", help="JSON replay reports")
     return parser
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,7 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             return _demo(args.mode, args.out)
-        return _replay(args.mode, args.format, args.files)
+        if args.command == "merge":
+            return _merge(args.reports, args.format, args.html)
+        return _replay(args)
     except BrokenPipeError:
         # The reader of our output went away (``| head``); nothing left to say.
         sys.stderr.close()
@@ -123,17 +202,54 @@ def _bulk_collection() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _replay(mode: str, output_format: str, files: Sequence[str]) -> int:
+def _replay(args: argparse.Namespace) -> int:
+    if args.html is not None and not _html_available():
+        return EXIT_USAGE
+    options: dict[str, Any] = {
+        "threshold": args.threshold,
+        "batch_threshold": args.batch_threshold,
+        "sweep": SWEEP_THRESHOLDS if args.sweep or args.html is not None else (),
+    }
     with _bulk_collection():
-        return _replay_files(mode, output_format, files)
+        if args.jobs > 1:
+            try:
+                document, error, interrupted = _replay_sharded(
+                    args.mode, options, args.files, args.jobs
+                )
+            except KeyboardInterrupt:
+                # The processes were stopped before they reported: nothing to merge.
+                print("interrupted", file=sys.stderr)
+                return EXIT_INTERRUPTED
+        else:
+            document, error, interrupted = _replay_files(args.mode, options, args.files)
+    status = EXIT_OK
+    if interrupted:
+        error, status = "interrupted", EXIT_INTERRUPTED
+    elif error is not None:
+        status = EXIT_INPUT
+    if error is not None:
+        print(error, file=sys.stderr)
+    document["files"] = list(args.files)
+    document["error"] = error
+    _print_bounds(document)
+    missing = unreadable(document)
+    if missing is not None:
+        shown = ", ".join(args.files)
+        print(
+            f"{shown}: {document['spans']} spans, no prompt the guard can read: {missing}",
+            file=sys.stderr,
+        )
+    return _output(document, args.format, args.html, status)
 
 
-def _replay_files(mode: str, output_format: str, files: Sequence[str]) -> int:
+def _replay_files(
+    mode: str, options: dict[str, Any], files: Sequence[str]
+) -> tuple[dict[str, Any], str | None, bool]:
     reader = OtlpJsonReader(files)
-    replayer = Replayer(mode)
+    replayer = Replayer(mode, **options)
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
     error: str | None = None
-    status = EXIT_OK
+    interrupted = False
     spans = 0
     try:
         for line in reader:
@@ -142,33 +258,103 @@ def _replay_files(mode: str, output_format: str, files: Sequence[str]) -> int:
             if progress is not None:
                 progress.update(reader.bytes_read, reader.total_bytes, spans)
     except MalformedInput as malformed:
-        error, status = str(malformed), EXIT_INPUT
+        error = str(malformed)
     except KeyboardInterrupt:
         # Report what was read so far, as for malformed input.
-        error, status = "interrupted", EXIT_INTERRUPTED
+        interrupted = True
     finally:
         if progress is not None:
             progress.clear()
-    report = replayer.finish()
-    if error is not None:
-        print(error, file=sys.stderr)
-    unreadable = report.unreadable()
-    if unreadable is not None:
-        shown = ", ".join(files)
-        print(
-            f"{shown}: {report.total.spans} spans, no prompt the guard can read: {unreadable}",
-            file=sys.stderr,
-        )
+    return replayer.finish().to_json(), error, interrupted
+
+
+def _replay_sharded(
+    mode: str, options: dict[str, Any], files: Sequence[str], jobs: int
+) -> tuple[dict[str, Any], str | None, bool]:
+    from otel_guard.shards import replay_sharded
+
+    if "-" not in files:
+        return replay_sharded(files, mode, options, jobs)
+    # Every process reads all input: standard input is read once, into a file they share.
+    with tempfile.NamedTemporaryFile(prefix="otel-guard-stdin-") as spool:
+        shutil.copyfileobj(sys.stdin.buffer, spool)
+        spool.flush()
+        named = [spool.name if path == "-" else path for path in files]
+        return replay_sharded(named, mode, options, jobs)
+
+
+_BOUND_VALUES = {
+    "trace_spans": DEFAULT_MAX_TRACE_SPANS,
+    "open_traces": DEFAULT_MAX_OPEN_TRACES,
+    "report_groups": GROUP_LIMIT,
+    "report_days": DAY_LIMIT,
+    "timeline": TIMELINE_LIMIT,
+}
+
+
+def _print_bounds(document: dict[str, Any]) -> None:
+    """One line on stderr per bound the replay hit: the totals stay exact, the detail coarser."""
+    for name, count in document.get("bounds", {}).items():
+        if count and name in BOUNDS:
+            print(
+                f"replay: {BOUNDS[name]} ({_BOUND_VALUES[name]:,}), {count:,} times",
+                file=sys.stderr,
+            )
+
+
+def _output(document: dict[str, Any], output_format: str, html: str | None, status: int) -> int:
+    if html is not None:
+        from otel_guard.report_html import render_html
+
+        try:
+            with open(html, "w", encoding="utf-8") as stream:
+                stream.write(render_html(document))
+        except OSError as error:
+            print(f"{html}: cannot write ({error.strerror or error})", file=sys.stderr)
+            status = status or EXIT_INPUT
     if output_format == "json":
-        document = report.to_json()
-        document["files"] = list(files)
-        document["error"] = error
         print(json.dumps(document, indent=2))
     else:
-        print(report.render_text())
-        if error is not None:
-            print(f"input stopped early: {error}")
+        print(render_text(document))
+        if document.get("error") is not None:
+            print(f"input stopped early: {printable(document['error'])}")
     return status
+
+
+def _html_available() -> bool:
+    if importlib.util.find_spec("plotly") is None:
+        print(
+            "--html needs plotly: pip install 'otel-guard[html]'",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
+def _merge(paths: Sequence[str], output_format: str, html: str | None) -> int:
+    if html is not None and not _html_available():
+        return EXIT_USAGE
+    documents = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as stream:
+                document = json.load(stream)
+        except OSError as error:
+            print(f"{path}: cannot read ({error.strerror or error})", file=sys.stderr)
+            return EXIT_INPUT
+        except (ValueError, UnicodeDecodeError) as error:
+            print(f"{path}: not a JSON report ({error})", file=sys.stderr)
+            return EXIT_INPUT
+        if not isinstance(document, dict) or not isinstance(document.get("decisions"), dict):
+            print(f"{path}: not a replay report (no decisions)", file=sys.stderr)
+            return EXIT_INPUT
+        documents.append(document)
+    try:
+        merged = merge_reports(documents)
+    except (ReportMismatch, TypeError, ValueError, KeyError) as error:
+        print(f"cannot merge: {error}", file=sys.stderr)
+        return EXIT_INPUT
+    return _output(merged, output_format, html, EXIT_OK)
 
 
 class _Progress:

@@ -257,7 +257,7 @@ class GenAIProfile:
             return events
         prompt = node.prompt if type(node) is _Tool else node
         assert type(prompt) is _Prompt
-        if operation in attr.MODEL_CALL_OPERATIONS:
+        if operation in attr.MODEL_OPERATIONS:
             self._model_calls += 1
             self._settle(prompt, span, events)
             prompt.batch = _Batch(span.start_time or 0)

@@ -1,10 +1,14 @@
-"""OTLP/JSON trace lines, as the OpenTelemetry Collector ``file`` exporter writes them.
+"""OTLP trace requests, as the OpenTelemetry Collector ``file`` exporter writes them.
 
 Each non-blank line is one ``ExportTraceServiceRequest`` in the OTLP/JSON encoding: trace and
-span IDs are hex strings (not the base64 of the generic protobuf JSON mapping), 64-bit integers
-may be strings or numbers, enum values are numbers. :class:`OtlpJsonReader` streams such files
-(plain or gzip, detected by content) into :class:`~opentelemetry.sdk.trace.ReadableSpan` objects;
-:func:`encode_request` and :class:`OtlpJsonSpanExporter` write them.
+span IDs are hex strings (or, as the Collector's own JSON reader also accepts, the base64 of
+the generic protobuf JSON mapping), 64-bit integers may be strings or numbers, enum values are
+numbers or names (``"SPAN_KIND_SERVER"``, ``"STATUS_CODE_ERROR"``). :class:`OtlpJsonReader`
+streams such input (files or ``-``; plain, gzip or zstd; JSON lines or the length-prefixed
+frames of the exporter's ``proto`` format, see :mod:`otel_guard.trace_input`) into
+:class:`~opentelemetry.sdk.trace.ReadableSpan` objects; :func:`encode_request` and
+:class:`OtlpJsonSpanExporter` write them. Requests of other signals (logs, metrics, profiles)
+in the same input are skipped and counted in :attr:`OtlpJsonReader.skipped`.
 
 Only what a trace replay needs is reconstructed: IDs, parent, name, kind, times, attributes,
 status, resource and scope; events and links must be arrays and are otherwise skipped. Any
@@ -15,14 +19,13 @@ nothing of that line is returned.
 from __future__ import annotations
 
 import base64
-import gzip
+import binascii
+import importlib
 import io
 import json
 import math
-import os
-import re
-import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
@@ -40,6 +43,14 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
+from otel_guard.trace_input import (
+    DEFAULT_MAX_RECORD_BYTES,
+    MalformedInput,
+    Record,
+    Source,
+    source_size,
+)
+
 __all__ = [
     "MalformedInput",
     "OtlpJsonReader",
@@ -49,7 +60,6 @@ __all__ = [
     "parse_request",
 ]
 
-_GZIP_MAGIC: Final = b"\x1f\x8b"
 _HEX: Final = frozenset("0123456789abcdefABCDEF")
 _KINDS: Final = {
     0: SpanKind.INTERNAL,  # SPAN_KIND_UNSPECIFIED
@@ -66,33 +76,23 @@ _KIND_NUMBERS: Final = {
     SpanKind.PRODUCER: 4,
     SpanKind.CONSUMER: 5,
 }
+_KIND_NAMES: Final = {
+    "SPAN_KIND_UNSPECIFIED": 0,
+    "SPAN_KIND_INTERNAL": 1,
+    "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3,
+    "SPAN_KIND_PRODUCER": 4,
+    "SPAN_KIND_CONSUMER": 5,
+}
 _STATUS: Final = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
+_STATUS_NAMES: Final = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 _STATUS_NUMBERS: Final = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _UNSET_STATUS: Final = Status(StatusCode.UNSET)
 _OK_STATUS: Final = Status(StatusCode.OK)
 _TRACE_FLAGS: Final = tuple(TraceFlags(flags) for flags in range(256))
-_TRACE_ID: Final = re.compile(r"[0-9a-fA-F]{32}").fullmatch
-_SPAN_ID: Final = re.compile(r"[0-9a-fA-F]{16}").fullmatch
 _UINT64_LIMIT: Final = 1 << 64
 # Resources and scopes repeat on every line; sharing them keeps memory flat for long files.
 _CACHE_LIMIT: Final = 4096
-
-
-class MalformedInput(Exception):
-    """A file that cannot be read, or a line that is not an OTLP/JSON trace request.
-
-    ``str()`` is the one-line message ``FILE:LINE: what`` (``FILE: what`` without a line).
-    """
-
-    def __init__(self, path: str, line: int | None, message: str) -> None:
-        super().__init__(message)
-        self.path = path
-        self.line = line
-        self.message = message
-
-    def __str__(self) -> str:
-        where = self.path if self.line is None else f"{self.path}:{self.line}"
-        return f"{where}: {self.message}"
 
 
 class _Attributes(dict[str, AttributeValue]):
@@ -190,15 +190,48 @@ def _expect(value: object, kind: type, path: str) -> Any:
     raise _Shape(f"expected {_TYPE_NAMES.get(kind, kind.__name__)}", path)
 
 
+def _base64_lengths(size: int) -> tuple[int, int]:
+    """The lengths of ``size`` bytes in base64, padded and unpadded."""
+    return 4 * ((size + 2) // 3), (8 * size + 5) // 6
+
+
+def _id_number(text: str, size: int) -> int | None:
+    """An ID of ``size`` bytes written as hex or as base64 (standard or URL-safe alphabet,
+    padded or not); ``None`` when it is neither."""
+    if len(text) == 2 * size:
+        if _HEX.issuperset(text):
+            return int(text, 16)
+        return None
+    if not text.isascii() or len(text) not in _base64_lengths(size):
+        return None
+    padded = text.replace("-", "+").replace("_", "/") + "=" * (-len(text) % 4)
+    try:
+        raw = base64.b64decode(padded, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return int.from_bytes(raw, "big") if len(raw) == size else None
+
+
 def _hex_id(value: object, length: int, path: str, *, optional: bool = False) -> int:
     if optional and (value is None or value == ""):
         return 0
-    if type(value) is not str or len(value) != length or not _HEX.issuperset(value):
+    number = None if type(value) is not str else _id_number(value, length // 2)
+    if number is None:
+        if type(value) is str and len(value) in _base64_lengths(length // 2):
+            raise _Shape(f"expected the base64 of {length // 2} bytes", path)
         raise _Shape(f"expected {length} hex digits", path)
-    number = int(value, 16)
     if number == 0 and not optional:
         raise _Shape("an all-zero ID is invalid", path)
     return number
+
+
+def _enum(value: object, names: Mapping[str, int], path: str) -> int:
+    if type(value) is str:
+        number = names.get(value)
+        if number is None:
+            raise _Shape(f"unknown name {value!r}", path)
+        return number
+    return _expect(value, int, path)  # type: ignore[no-any-return]
 
 
 def _uint64(value: object, path: str) -> int:
@@ -345,29 +378,95 @@ class _Interner:
         return found
 
 
-def parse_request(text: str) -> list[ReadableSpan]:
-    """The spans of one OTLP/JSON ``ExportTraceServiceRequest`` line.
+class _OtherSignal(Exception):
+    """A request of another signal ("logs", "metrics", "profiles"): skipped, not malformed."""
 
-    Raises :class:`ValueError` with a description (no file or line) when the line is not one.
-    """
+    def __init__(self, signal: str) -> None:
+        super().__init__(signal)
+        self.signal = signal
+
+
+# The request keys of the other signals, as the OTLP/JSON encoding names them.
+_OTHER_SIGNALS: Final = {
+    "resourceLogs": "logs",
+    "resourceMetrics": "metrics",
+    "resourceProfiles": "profiles",
+}
+_OTHER_SIGNAL_PREFIXES: Final = tuple(
+    (f'{{"{key}"'.encode(), signal) for key, signal in _OTHER_SIGNALS.items()
+)
+
+
+def _load_fast() -> Callable[[bytes], Any] | None:
+    """``orjson.loads`` when the ``fast`` extra is installed (it reads a trace line about twice
+    as fast as the standard library), else ``None``."""
     try:
-        return _parse_request(text, _Interner())
-    except _Shape as error:
-        raise ValueError(str(error)) from None
+        return importlib.import_module("orjson").loads  # type: ignore[no-any-return]
+    except ImportError:
+        return None
 
 
-def _parse_request(text: str, interner: _Interner) -> list[ReadableSpan]:
+_loads_fast: Final = _load_fast()
+
+
+def _load(data: bytes) -> Any:
+    """The JSON document in ``data``, decoded by the standard library, which words the error."""
     try:
-        document = json.loads(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Shape("not UTF-8 text") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise _Shape(f"invalid JSON ({error.msg} at column {error.colno})") from None
     except RecursionError:
         raise _Shape("invalid JSON (nested too deeply)") from None
     except ValueError:  # e.g. a number longer than Python converts
         raise _Shape("invalid JSON (a value out of range)") from None
+
+
+def parse_request(text: str | bytes) -> list[ReadableSpan]:
+    """The spans of one OTLP/JSON ``ExportTraceServiceRequest`` line.
+
+    Raises :class:`ValueError` with a description (no file or line) when the line is not one,
+    including a request of another signal.
+    """
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    try:
+        return _parse_request(data, _Interner())
+    except _Shape as error:
+        raise ValueError(str(error)) from None
+    except _OtherSignal as other:
+        raise ValueError(f"not a trace export request ({other.signal})") from None
+
+
+def _parse_request(data: bytes, interner: _Interner) -> list[ReadableSpan]:
+    for prefix, signal in _OTHER_SIGNAL_PREFIXES:
+        if data.startswith(prefix):  # skipped without decoding: log lines can be large
+            raise _OtherSignal(signal)
+    if _loads_fast is not None:
+        # The fast decoder declines some lines (a bare NaN, deep nesting) and reads integers
+        # beyond 64 bits as floats; a line it declines, or whose reading finds a fault, is read
+        # again by the standard library and judged on that, so both accept the same lines and
+        # word the same errors.
+        try:
+            return _request(_loads_fast(data), interner)
+        except (ValueError, _Shape):
+            pass
+    return _request(_load(data), interner)
+
+
+def _request(document: Any, interner: _Interner) -> list[ReadableSpan]:
     request = _expect(document, dict, "request")
     if "resourceSpans" not in request:
+        for key, signal in _OTHER_SIGNALS.items():
+            if key in request:
+                raise _OtherSignal(signal)
         raise _Shape("not a trace export request (no resourceSpans)")
+    return _request_spans(request, interner)
+
+
+def _request_spans(request: dict[str, Any], interner: _Interner) -> list[ReadableSpan]:
     spans: list[ReadableSpan] = []
     # IDs repeat within a line (every span of a trace, every child of a parent): each is read,
     # checked and turned into a SpanContext once per line.
@@ -473,9 +572,7 @@ def _common_span(
         return None
     trace_id = trace_ids.get(trace_text)
     if trace_id is None:
-        if _TRACE_ID(trace_text) is None:
-            return None
-        trace_id = int(trace_text, 16)
+        trace_id = _id_number(trace_text, 16)
         if not trace_id:
             return None
         trace_ids[trace_text] = trace_id
@@ -488,12 +585,12 @@ def _common_span(
         return None
     context = by_span_id.get(span_text)
     if context is None or context[0] != trace_id or context[3] is not trace_flags:
-        if _SPAN_ID(span_text) is None:
-            return None
-        span_id = int(span_text, 16)
+        span_id = _id_number(span_text, 8)
         if not span_id:
             return None
-        context = by_span_id[span_text] = _context(trace_id, span_id, trace_flags)
+        context = by_span_id[span_text] = _new_tuple(
+            SpanContext, (trace_id, span_id, False, trace_flags, DEFAULT_TRACE_STATE, True)
+        )  # _context, inlined: one call fewer per span
 
     parent_text = get("parentSpanId")
     parent: SpanContext | None = None
@@ -502,12 +599,12 @@ def _common_span(
             return None
         parent = by_span_id.get(parent_text)
         if parent is None or parent[0] != trace_id or parent[3] is not trace_flags:
-            if _SPAN_ID(parent_text) is None:
+            parent_id = _id_number(parent_text, 8)
+            if parent_id is None:
                 return None
-            parent_id = int(parent_text, 16)
-            parent = None if not parent_id else _context(trace_id, parent_id, trace_flags)
-            if parent is not None:
-                by_span_id[parent_text] = parent
+            if parent_id:
+                fields = (trace_id, parent_id, False, trace_flags, DEFAULT_TRACE_STATE, True)
+                parent = by_span_id[parent_text] = _new_tuple(SpanContext, fields)
 
     if type(start) is str and start.isdigit() and start.isascii() and len(start) <= 20:
         start = int(start)
@@ -522,7 +619,7 @@ def _common_span(
 
     kind_number = get("kind", 0)
     if type(kind_number) is not int:
-        return None
+        kind_number = _KIND_NAMES.get(kind_number, -1) if type(kind_number) is str else -1
     kind = _KINDS.get(kind_number)
     if kind is None:
         return None
@@ -533,6 +630,8 @@ def _common_span(
     if status_body:
         code = status_body.get("code", 0)
         message = status_body.get("message", "")
+        if type(code) is str:
+            code = _STATUS_NAMES.get(code)
         if type(code) is not int or type(message) is not str:
             return None
         if code == 2:
@@ -563,26 +662,38 @@ def _common_attributes(entries: list[Any]) -> _Attributes | None:
     """The attributes as :func:`_attributes` reads them, or ``None`` when one is malformed."""
     result = _Attributes()
     for item in entries:
-        if type(item) is not dict:
-            return None
+        # Most values are strings, the rest mostly decimal-string integers: read here. A decoded
+        # JSON document holds no mapping but dict, and only a dict has get().
         try:
             key = item["key"]
             body = item["value"]
-        except KeyError:
+            value = body.get("stringValue")
+        except (KeyError, TypeError, AttributeError):
+            pass
+        else:
+            if type(key) is str and len(body) == 1:
+                if type(value) is str:
+                    result[key] = value
+                    continue
+                value = body.get("intValue")  # checked as _scalar checks it
+                if type(value) is str and len(value) <= 18 and value.isdigit() and value.isascii():
+                    result[key] = int(value)
+                    continue
+        # The others as _attributes reads them.
+        if type(item) is not dict:
             return None
+        key = item.get("key")
+        body = item.get("value")
         if type(key) is not str or type(body) is not dict or len(body) != 1:
             return None
-        # Most values are strings: read here; the others as _attributes reads them.
-        value = body.get("stringValue")
-        if type(value) is not str:
-            value = _scalar(body)
+        value = _scalar(body)
+        if value is None:
+            try:
+                value = _any_value(body)
+            except _Shape:
+                return None
             if value is None:
-                try:
-                    value = _any_value(body)
-                except _Shape:
-                    return None
-                if value is None:
-                    continue
+                continue
         result[key] = value
     return result
 
@@ -597,14 +708,14 @@ def _span(value: object, resource: Resource, scope: InstrumentationScope) -> Rea
     end = _uint64(get("endTimeUnixNano"), ".endTimeUnixNano")
     if end < start:
         raise _Shape("endTimeUnixNano is before startTimeUnixNano")
-    kind = _KINDS.get(_expect(get("kind", 0), int, ".kind"))
+    kind = _KINDS.get(_enum(get("kind", 0), _KIND_NAMES, ".kind"))
     if kind is None:
         raise _Shape("unknown span kind", ".kind")
     flags = TraceFlags(_uint64(get("flags", 1), ".flags") & 0xFF)
     status_body = _expect(get("status", _NO_STATUS), dict, ".status")
     status = _UNSET_STATUS
     if status_body:
-        code = _STATUS.get(_expect(status_body.get("code", 0), int, ".status.code"))
+        code = _STATUS.get(_enum(status_body.get("code", 0), _STATUS_NAMES, ".status.code"))
         if code is None:
             raise _Shape("unknown status code", ".status.code")
         message = _expect(status_body.get("message", ""), str, ".status.message")
@@ -645,76 +756,63 @@ class SpanLine:
 
 
 class OtlpJsonReader:
-    """Streams OTLP/JSON trace files, one line at a time, as one input.
+    """Streams OTLP trace input, one request at a time, as one input.
 
-    Files are read in the order given; gzip files are recognised by their content. Progress is
-    visible through :attr:`bytes_read` (bytes of the files as stored) and :attr:`total_bytes`.
-    Iteration raises :class:`MalformedInput` at the first unreadable file or malformed line; the
-    lines already yielded stay valid.
+    Sources (paths, or ``-`` for standard input) are read in the order given; compression and
+    framing are recognised by content (:mod:`otel_guard.trace_input`). Progress is visible
+    through :attr:`bytes_read` (bytes of the sources as stored) and :attr:`total_bytes` (0 for a
+    pipe, whose size is unknown). Requests of other signals are skipped and counted in
+    :attr:`skipped`. Iteration raises :class:`MalformedInput` at the first unreadable source or
+    malformed request; the lines already yielded stay valid.
     """
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        *,
+        stdin: IO[bytes] | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
         self.paths = list(paths)
-        self.total_bytes = sum(_size(p) for p in self.paths)
+        self.total_bytes = sum(source_size(p) for p in self.paths)
         self.bytes_read = 0
+        self.skipped: Counter[str] = Counter()
+        """Requests of other signals skipped, by signal ("logs", "metrics", "profiles")."""
+        self._stdin = stdin
+        self._max_record_bytes = max_record_bytes
         self._interner = _Interner()
+
+    @property
+    def skipped_lines(self) -> int:
+        """Requests (lines or frames) of other signals skipped, all signals together."""
+        return sum(self.skipped.values())
 
     def __iter__(self) -> Iterator[SpanLine]:
         done = 0
         for path in self.paths:
-            yield from self._read(path, done)
-            done += _size(path)
-            self.bytes_read = done
+            source = Source(path, stdin=self._stdin, max_record_bytes=self._max_record_bytes)
+            try:
+                for record in source.records():
+                    self.bytes_read = done + source.consumed
+                    spans = self._spans(path, record)
+                    if spans is not None:
+                        yield SpanLine(path, record.number, spans)
+            finally:
+                done += source.consumed
+                self.bytes_read = done
 
-    def _read(self, path: str, done: int) -> Iterator[SpanLine]:
+    def _spans(self, path: str, record: Record) -> list[ReadableSpan] | None:
         try:
-            raw = open(path, "rb")  # noqa: SIM115  # closed below; the stream is re-wrapped
-        except OSError as error:
-            raise MalformedInput(path, None, f"cannot read ({error.strerror or error})") from None
-        with raw:
-            stream: Iterable[bytes] = raw
-            if raw.read(2) == _GZIP_MAGIC:
-                raw.seek(0)
-                stream = gzip.GzipFile(fileobj=raw, mode="rb")
-            else:
-                raw.seek(0)
-            number = 0
-            lines = iter(stream)
-            while True:
-                try:
-                    data = next(lines)
-                except StopIteration:
-                    return
-                except (OSError, EOFError, zlib.error) as error:
-                    raise MalformedInput(path, number + 1, _read_error(error)) from None
-                number += 1
-                self.bytes_read = done + raw.tell()
-                if not data.strip():
-                    continue
-                try:
-                    text = data.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError:
-                    raise MalformedInput(path, number, "not UTF-8 text") from None
-                try:
-                    spans = _parse_request(text, self._interner)
-                except _Shape as error:
-                    raise MalformedInput(path, number, str(error)) from None
-                yield SpanLine(path, number, spans)
+            if record.kind == "json":
+                return _parse_request(record.data, self._interner)
+            from otel_guard.otlp_proto import parse_proto_request  # protobuf only when needed
 
-
-def _read_error(error: BaseException) -> str:
-    if isinstance(error, EOFError):
-        return "compressed data ends early (truncated gzip file)"
-    if isinstance(error, gzip.BadGzipFile | zlib.error):
-        return "corrupt gzip data"
-    return f"cannot read ({getattr(error, 'strerror', None) or error})"
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
+            return parse_proto_request(record.data, self._interner)
+        except _Shape as error:
+            raise MalformedInput(path, record.number, str(error)) from None
+        except _OtherSignal as other:
+            self.skipped[other.signal] += 1
+            return None
 
 
 # -- writing ---------------------------------------------------------------------------------

@@ -6,9 +6,11 @@ emitted after the guard's lock is released, with instrumentation suppressed.
 
 Span identification (docs/contract.md section 3), decided when a span starts:
 
-* ``gen_ai.operation.name == "execute_tool"``: a tool-call span, kept when it ends under an open
-  batch span; its attributes are read when the batch span ends, in call start order (a call ID
-  seen twice in one batch is a ``duplicate_span`` diagnostic for the later-started call).
+* ``gen_ai.operation.name == "execute_tool"``: a tool-call span. When it ends under an open
+  batch span, the few fields the reducer needs are kept (not the span); they are turned into
+  observations when the batch span ends, in call start order (a call ID seen twice in one batch
+  is a ``duplicate_span`` diagnostic for the later-started call). A tool type other than
+  ``native``/``mcp`` is handed to the reducer without a tool name: never eligible.
 * ``gen_ai.operation.name == "invoke_agent"`` with ``acp.prompt.id``: a prompt span.
 * any other span with ``acp.prompt.id`` at start: a batch span candidate. It is evaluated when it
   ends if it then carries ``acp.batch.admitted``; a present but malformed admitted count makes
@@ -19,7 +21,7 @@ Spans without ``acp.prompt.id`` that are ``invoke_agent`` spans, or that start w
 prompt is open, go to :class:`~otel_guard.genai_profile.GenAIProfile` (section 3b), whose events
 this processor applies like a batch span's; its module docstring says how it stays bounded.
 
-Every other span costs two dictionary look-ups in ``on_start`` and two in ``on_end``, plus one
+Every other span costs two membership tests in ``on_start`` and two in ``on_end``, plus one
 truth test of the profile's (usually empty) table of open GenAI spans.
 """
 
@@ -79,6 +81,8 @@ _logger = logging.getLogger(__name__)
 DEFAULT_MAX_PROMPTS = 10_000
 DEFAULT_PROMPT_TTL_SECONDS = 6 * 60 * 60.0
 DEFAULT_MAX_CALLS_PER_BATCH = 1_024
+# Tool-call data kept for all open batches together (SPEC section 4: bounded in bytes).
+DEFAULT_MAX_CALL_BYTES = 16 * 1024 * 1024
 # Longer tool names are treated as missing: they are not plausible registry names and would
 # otherwise be kept, unbounded, in the private failure key.
 MAX_TOOL_NAME_LENGTH = 256
@@ -140,19 +144,36 @@ class BatchEvaluation:
 
 
 BatchListener = Callable[[BatchEvaluation], None]
-# A GenAI-profile prompt is never enforced: its history starts without an enforceable input.
-_GENAI_INITIAL: Final = GuardState.initial()._replace(enforcement_disabled=True)
 
 
 class _Prompt:
+    """The guard state of one prompt ID, with what the host did with its actions."""
+
     __slots__ = ("guarded", "last_seen", "pending", "reminded_ordinal", "state")
 
-    def __init__(self, guarded: bool, now: float) -> None:
+    def __init__(self, guarded: bool, now: float, rebuilt: bool = False) -> None:
         self.guarded = guarded
-        self.state = GuardState.initial()
+        # A rebuilt state lost its history, so it never enforces (SPEC section 4).
+        self.state = _REBUILT_STATE if rebuilt else _INITIAL_STATE
         self.pending: GuardAction | None = None
         self.reminded_ordinal = 0
         self.last_seen = now
+
+
+class _Life:
+    """The open prompt spans of one prompt ID: the facts that outlive a dropped state.
+
+    It lives exactly as long as one of its prompt spans is open and tracked, so the table of
+    lives is bounded by the table of open spans.
+    """
+
+    __slots__ = ("collided", "guarded", "lost", "open")
+
+    def __init__(self, guarded: bool) -> None:
+        self.open = 1
+        self.guarded = guarded
+        self.lost = False  # its state was dropped while a span was open
+        self.collided = False  # two of its prompt spans were open at once
 
 
 class _PromptSpan:
@@ -162,19 +183,37 @@ class _PromptSpan:
         self.prompt_id = prompt_id
 
 
-class _OpenBatch:
-    __slots__ = ("calls", "closed", "overflow", "prompt_id")
+# One settled tool call, as the reducer needs it, and nothing more of its span: (start time,
+# arrival, call ID, tool name, tool type, terminal status, execution status, execution error
+# type, provider duplicate, span ID). The span ID is kept for the ``duplicate_span`` record.
+_CallRecord = tuple[int, int, str, str | None, str | None, str, str | None, str | None, bool, int]
+# What a kept call is counted as, besides its strings' characters. Deliberately above what it
+# costs: tracemalloc shows about 280 bytes per kept call, strings included, on CPython 3.11,
+# against some 430 counted; the budget errs towards keeping less.
+_CALL_RECORD_BYTES: Final = 400
 
-    def __init__(self, prompt_id: str) -> None:
+
+class _OpenBatch:
+    __slots__ = ("bytes", "calls", "closed", "overflow", "prompt_id", "span_id")
+
+    def __init__(self, prompt_id: str, span_id: int) -> None:
         self.prompt_id = prompt_id
-        # (start time, arrival, span) of each tool-call span that ended under this batch: read
-        # once, when the batch ends, in call start order.
-        self.calls: list[tuple[int, int, ReadableSpan]] = []
+        self.span_id = span_id
+        # The tool calls that ended under this batch: read once, when the batch ends, in call
+        # start order.
+        self.calls: list[_CallRecord] = []
+        self.bytes = 0  # estimated bytes of ``calls``, counted against the shared budget
         self.overflow = False
         self.closed = False
 
 
 _Tracked = _PromptSpan | _OpenBatch
+_INITIAL_STATE: Final = GuardState.initial()
+_REBUILT_STATE: Final = _INITIAL_STATE._replace(enforcement_disabled=True)
+_RESOLVED_TOOL_TYPES: Final = frozenset({"native", "mcp"})
+# Longest kept status or tool type: longer values are not in any closed set, so they are kept
+# as missing values, which the reducer classifies the same way.
+_MAX_STATUS_LENGTH: Final = 64
 # Batch spans that ended recently, by span ID, with their prompt: a tool-call span ending under
 # one of them is a late frame. Bounded: a frame later than this is ignored as an orphan.
 _ENDED_BATCHES = 4096
@@ -182,6 +221,7 @@ _ENDED_BATCHES = 4096
 _Emission = (
     tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None]
     | tuple[Literal["transition"], Transition]
+    | tuple[Literal["observations"], dict[tuple[str | None, str | None], int]]
 )
 
 
@@ -221,16 +261,49 @@ class GuardSpanProcessor(SpanProcessor):
         meter_provider, logger_provider: where guard telemetry goes; the global providers when
             omitted.
         max_prompts: prompts whose state is kept at once; beyond it the least recently active
-            idle prompt is evicted first (an ``evicted`` diagnostic).
-        prompt_ttl_seconds: a prompt with no guard activity for this long is dropped
-            (``expired``), as if its prompt span had ended.
+            idle prompt is evicted first (an ``evicted`` diagnostic), else the least recently
+            active prompt.
+        prompt_ttl_seconds: a prompt with no guard activity for this long loses its state
+            (an ``expired`` diagnostic).
         max_calls_per_batch: tool calls tracked per batch; a batch with more is incomplete.
+        max_call_bytes: estimated bytes of tool-call data kept for all open batches together;
+            beyond it the open batch that has held data the longest drops it and becomes
+            incomplete (a ``batch_overflow`` diagnostic).
         listener: called with a :class:`BatchEvaluation` after every evaluated batch, outside
             the guard's lock; its exceptions are counted as ``internal_error``.
         clock: monotonic seconds, for the TTL.
+        reducer: the decision function; :func:`~otel_guard.reducer.reduce` unless a replay asks
+            what other constants would have done
+            (:func:`~otel_guard.reducer.reduce_with_thresholds`). Analysis only.
 
     The processor never raises into ``span.end()``; every exception it catches is counted as an
     ``internal_error`` diagnostic.
+
+    **Losing state never widens what the guard may do.** A prompt's state is dropped by eviction
+    or the TTL, never silently. What must survive it are two facts: whether the prompt opted
+    out, and that its history is gone. While one of the prompt's spans is open they live on the
+    prompt's open-span record (bounded by the open-span table, ``4 * max_prompts +
+    max_calls_per_batch`` spans); for a prompt with no open prompt span (batch spans only) they
+    go to a table of dropped prompt IDs, bounded at ``4 * max_prompts`` entries, oldest
+    forgotten first. A state rebuilt from either always has ``enforcement_disabled`` (at most a
+    reminder, never a stop) and stays off if the prompt had opted out. A new prompt span with
+    an ID nobody has open starts a fresh prompt and clears those facts.
+
+    **Collisions.** A prompt span that starts while another with the same prompt ID is open is
+    a ``prompt_collision``: the ID's state keeps going but with enforcement disabled, a pending
+    stop is withdrawn (its host is ambiguous), an opt-out of either span applies to both, and
+    the state is discarded only when the last of those spans ends.
+
+    **Bytes.** A tool-call span is reduced, when it ends, to the few fields the reducer needs
+    (counted as 400 bytes plus its strings, more than the ~280 it takes), and these records are
+    capped across all open batches by ``max_call_bytes`` (default 16 MiB, some 39,000 calls: far
+    beyond the open batches of any real host, and small beside the host's own span data). The
+    batch that has held data the longest gives it up first, so batch spans a host never ends are
+    the ones that lose it.
+
+    **Eviction is O(1) amortised.** Prompts are kept in activity order, and the idle ones also
+    in an ordered table of their own, so the next victim is always at the front of one of them;
+    expiry pops from the front of the activity order. Nothing scans the prompts.
     """
 
     def __init__(
@@ -242,8 +315,10 @@ class GuardSpanProcessor(SpanProcessor):
         max_prompts: int = DEFAULT_MAX_PROMPTS,
         prompt_ttl_seconds: float = DEFAULT_PROMPT_TTL_SECONDS,
         max_calls_per_batch: int = DEFAULT_MAX_CALLS_PER_BATCH,
+        max_call_bytes: int = DEFAULT_MAX_CALL_BYTES,
         listener: BatchListener | None = None,
         clock: Callable[[], float] = time.monotonic,
+        reducer: Callable[[GuardState, GuardInput], Decision] = reduce,
     ) -> None:
         if max_prompts < 1:
             raise ValueError("max_prompts must be at least 1")
@@ -251,20 +326,34 @@ class GuardSpanProcessor(SpanProcessor):
             raise ValueError("prompt_ttl_seconds must be positive")
         if max_calls_per_batch < 1:
             raise ValueError("max_calls_per_batch must be at least 1")
+        if max_call_bytes < 1:
+            raise ValueError("max_call_bytes must be at least 1")
         resolution = resolve_mode(mode)
         self._mode: Mode = resolution.mode
         self._max_prompts = max_prompts
         self._ttl = float(prompt_ttl_seconds)
         self._max_calls = max_calls_per_batch
+        self._max_call_bytes = max_call_bytes
         # Open prompt and batch spans; bounded so never-ending spans cannot grow the table.
         self._max_tracked = 4 * max_prompts + max_calls_per_batch
+        self._max_dropped = 4 * max_prompts
         self._listener = listener
         self._clock = clock
+        self._reduce = reducer  # the replay's what-if swaps in other constants; never live
         self._lock = threading.Lock()
+        # Every prompt with a state, least recently active first (the TTL pops from the front).
         self._prompts: OrderedDict[str, _Prompt] = OrderedDict()
+        # The idle ones among them, in the same order: eviction takes the front one.
+        self._idle: OrderedDict[str, None] = OrderedDict()
+        # Prompt IDs with an open prompt span.
+        self._lives: dict[str, _Life] = {}
+        # Prompt IDs with no open prompt span whose state was dropped -> whether it was guarded.
+        self._dropped: OrderedDict[str, bool] = OrderedDict()
         self._tracked: OrderedDict[int, _Tracked] = OrderedDict()
+        # Open batches holding call data, longest holder first, and their bytes together.
+        self._holding: OrderedDict[int, _OpenBatch] = OrderedDict()
+        self._call_bytes = 0
         self._ended_batches: OrderedDict[int, str] = OrderedDict()
-        self._seq = 0
         self._diagnostic_counts: Counter[str] = Counter()
         self._shutdown = False
         self._inert = self._mode == "off"
@@ -331,9 +420,8 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
                 attributes = _attributes(span)
-            # Only prompt and batch spans matter here, and both carry the prompt ID from their
-            # start: every other span leaves after this one look-up.
-            # Membership tests, not get(): on a miss, no method call.
+            # Prompt and batch spans carry the prompt ID from their start; a GenAI prompt is an
+            # invoke_agent span without it. Membership tests, not get(): no call on a miss.
             if _PROMPT_ID not in attributes:
                 if (
                     (
@@ -402,7 +490,12 @@ class GuardSpanProcessor(SpanProcessor):
                 self._shutdown = True
                 self._inert = True
                 self._prompts.clear()
+                self._idle.clear()
+                self._lives.clear()
+                self._dropped.clear()
                 self._tracked.clear()
+                self._holding.clear()
+                self._call_bytes = 0
                 self._ended_batches.clear()
                 self._genai.clear()
         except Exception:
@@ -419,32 +512,91 @@ class GuardSpanProcessor(SpanProcessor):
         out: list[_Emission] = []
         with self._lock:
             now = self._clock()
-            self._prompts.pop(prompt_id, None)  # a new prompt span starts a fresh prompt
-            self._admit_prompt(prompt_id, _Prompt(guarded, now), now, out)
-            self._track(span.context.span_id, _PromptSpan(prompt_id), out)
+            life = self._lives.get(prompt_id)
+            if life is None:
+                # A new prompt span starts a fresh prompt: nothing of an earlier one carries over.
+                self._lives[prompt_id] = _Life(guarded)
+                self._dropped.pop(prompt_id, None)
+                if self._prompts.pop(prompt_id, None) is not None:
+                    self._idle.pop(prompt_id, None)
+                self._admit_prompt(prompt_id, _Prompt(guarded, now), now, out)
+            else:
+                self._collide(prompt_id, life, guarded, span.context, out)
+            self._track(span.context[_SPAN_ID], _PromptSpan(prompt_id), out)
         self._flush(out)
+
+    def _collide(
+        self,
+        prompt_id: str,
+        life: _Life,
+        guarded: bool,
+        context: SpanContext,
+        out: list[_Emission],
+    ) -> None:
+        """A second prompt span opened with an ID that is already open."""
+        life.open += 1
+        life.collided = True
+        life.guarded = life.guarded and guarded
+        prompt = self._prompts.get(prompt_id)
+        if prompt is not None:
+            prompt.guarded = prompt.guarded and guarded
+            prompt.state = prompt.state._replace(enforcement_disabled=True)
+            if prompt.pending is not None and prompt.pending.kind == "stop":
+                prompt.pending = None  # which host would take it is unknown
+        # An opted-out prompt gets no telemetry that names it.
+        reported = prompt_id if life.guarded else None
+        out.append(("diagnostic", "prompt_collision", reported, context))
 
     def _start_batch(self, span: Span, prompt_id: str) -> None:
         tracked = self._tracked
+        span_id = span.context[_SPAN_ID]
         with self._lock:
-            tracked[span.context[_SPAN_ID]] = _OpenBatch(prompt_id)
+            tracked[span_id] = _OpenBatch(prompt_id, span_id)
             if len(tracked) <= self._max_tracked:
                 return
             out: list[_Emission] = []
-            self._evict(out)
+            self._evict_tracked(out)
         self._flush(out)
 
     def _track(self, span_id: int, ref: _Tracked, out: list[_Emission]) -> None:
         self._tracked[span_id] = ref
-        self._evict(out)
+        self._evict_tracked(out)
 
-    def _evict(self, out: list[_Emission]) -> None:
+    def _evict_tracked(self, out: list[_Emission]) -> None:
         tracked = self._tracked
         while len(tracked) > self._max_tracked:
             _, oldest = tracked.popitem(last=False)
             if type(oldest) is _OpenBatch:
                 oldest.closed = True
+                self._release(oldest)
                 out.append(("diagnostic", "evicted", oldest.prompt_id, None))
+            elif type(oldest) is _PromptSpan:
+                self._forget_prompt_span(oldest.prompt_id)
+
+    def _forget_prompt_span(self, prompt_id: str) -> None:
+        """An open prompt span left the bounded span table: its facts must not leave with it."""
+        life = self._lives.get(prompt_id)
+        if life is None:
+            return
+        life.open -= 1
+        if life.open > 0:
+            return
+        del self._lives[prompt_id]
+        prompt = self._prompts.get(prompt_id)
+        if prompt is None:
+            self._remember(prompt_id, life.guarded)
+        elif life.collided or life.lost:
+            prompt.state = prompt.state._replace(enforcement_disabled=True)
+
+    def _end_prompt_span(self, prompt_id: str) -> None:
+        life = self._lives.get(prompt_id)
+        if life is not None:
+            life.open -= 1
+            if life.open > 0:
+                return  # a colliding span is still open: the state stays
+            del self._lives[prompt_id]
+        if self._prompts.pop(prompt_id, None) is not None:
+            self._idle.pop(prompt_id, None)
 
     def _end_tracked(self, span: ReadableSpan, context: SpanContext) -> None:
         out: list[_Emission] = []
@@ -454,7 +606,7 @@ class GuardSpanProcessor(SpanProcessor):
             if type(ref) is _OpenBatch:
                 evaluation = self._end_batch(span, context, ref, out)
             elif type(ref) is _PromptSpan:
-                self._prompts.pop(ref.prompt_id, None)
+                self._end_prompt_span(ref.prompt_id)
         if evaluation is not None:
             transition, batch_evaluation = evaluation
             if transition is not None:
@@ -467,18 +619,19 @@ class GuardSpanProcessor(SpanProcessor):
             self._flush(out)
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
-        # Only kept here; the span's attributes are read when its batch ends, in one pass.
         try:
             parent = span._parent
             start_time = span._start_time
+            context = span._context
         except AttributeError:
             parent = span.parent
             start_time = span.start_time
+            context = span.context
         batch = None if parent is None else self._tracked.get(parent[_SPAN_ID])
         if type(batch) is not _OpenBatch:
             prompt_id = None if parent is None else self._ended_batches.get(parent[_SPAN_ID])
             if prompt_id is not None:
-                self._flush([("diagnostic", "late_span", prompt_id, span.context)])
+                self._flush([("diagnostic", "late_span", prompt_id, context)])
                 if self._genai_open:
                     with self._lock:
                         self._genai.forget(span)
@@ -488,72 +641,150 @@ class GuardSpanProcessor(SpanProcessor):
         if self._genai_open:
             with self._lock:
                 self._genai.forget(span)  # under a batch span: section 3 reads it
+        # Only what the reducer needs is kept, so the span itself can be freed (SPEC section 4:
+        # bounded in bytes). Values of the wrong type or absurd length are missing values.
+        get = attributes.get
+        call_id = get(_TOOL_CALL_ID)
+        if type(call_id) is not str or len(call_id) > MAX_CALL_ID_LENGTH:
+            call_id = ""
+        tool_name = get(_TOOL_NAME)
+        if type(tool_name) is not str or len(tool_name) > MAX_TOOL_NAME_LENGTH:
+            tool_name = None
+        tool_type = get(_TOOL_TYPE)
+        if tool_type not in _RESOLVED_TOOL_TYPES:
+            # Not resolved from the host's registry: never eligible (SPEC section 3). The
+            # reducer sees no tool name, so the call is unknown and disables enforcement.
+            tool_name = None
+            if type(tool_type) is not str or len(tool_type) > _MAX_STATUS_LENGTH:
+                tool_type = None
+        status = get(_TOOL_STATUS)
+        if type(status) is not str or len(status) > _MAX_STATUS_LENGTH:
+            status = ""
+        execution = get(_TOOL_EXECUTION_STATUS)
+        if type(execution) is not str or len(execution) > _MAX_STATUS_LENGTH:
+            execution = None
+        error_type = get(_TOOL_EXECUTION_ERROR_TYPE)
+        if type(error_type) is not str or len(error_type) > _MAX_STATUS_LENGTH:
+            error_type = None  # longer than the reducer's pattern allows: unknown either way
+        size = (
+            _CALL_RECORD_BYTES
+            + len(call_id)
+            + (len(tool_name) if tool_name else 0)
+            + (len(error_type) if error_type else 0)
+        )
+        duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
+        span_id = context[_SPAN_ID] if context is not None else 0
         diagnostic: Diagnostic | None = None
+        out: list[_Emission] = []
         with self._lock:
             calls = batch.calls
             if batch.closed:
                 diagnostic = "late_span"  # its batch span ended while this call was settling
+            elif batch.overflow:
+                return  # already incomplete and reported
             elif len(calls) < self._max_calls:
-                calls.append((start_time or 0, len(calls), span))
-                return
-            elif not batch.overflow:
-                batch.overflow = True
+                if not calls:
+                    self._holding[batch.span_id] = batch
+                calls.append(
+                    (
+                        start_time or 0,
+                        len(calls),
+                        call_id,
+                        tool_name,
+                        tool_type,
+                        status,
+                        execution,
+                        error_type,
+                        duplicate,
+                        span_id,
+                    )
+                )
+                batch.bytes += size
+                self._call_bytes += size
+                if self._call_bytes <= self._max_call_bytes:
+                    return
+                self._shed_call_data(out)
+            else:
+                batch.overflow = True  # incomplete; the calls kept so far stay for listeners
                 diagnostic = "batch_overflow"
         if diagnostic is not None:
-            self._flush([("diagnostic", diagnostic, batch.prompt_id, span.context)])
+            out.append(("diagnostic", diagnostic, batch.prompt_id, context))
+        if out:
+            self._flush(out)
+
+    def _shed_call_data(self, out: list[_Emission]) -> None:
+        """Over the byte budget: the batches that have held call data longest give it up."""
+        holding = self._holding
+        while self._call_bytes > self._max_call_bytes and holding:
+            _, victim = holding.popitem(last=False)
+            victim.overflow = True  # it can no longer prove completeness
+            self._call_bytes -= victim.bytes
+            victim.calls = []
+            victim.bytes = 0
+            out.append(("diagnostic", "batch_overflow", victim.prompt_id, None))
+
+    def _release(self, batch: _OpenBatch) -> None:
+        if batch.calls:
+            self._holding.pop(batch.span_id, None)
+            self._call_bytes -= batch.bytes
+            batch.calls = []
+            batch.bytes = 0
 
     def _observations(
-        self, batch: _OpenBatch, out: list[_Emission]
-    ) -> tuple[tuple[Observation, ...], int, bool]:
-        """The batch's observations in call start order, its distinct call IDs, and whether
-        every call carried a usable ID."""
+        self, batch: _OpenBatch, context: SpanContext, out: list[_Emission]
+    ) -> tuple[tuple[Observation, ...], int, bool, dict[tuple[str | None, str | None], int]]:
+        """The batch's observations in call start order, its distinct call IDs, whether every
+        call carried a usable ID, and the observations by (execution status, tool type)."""
         calls = batch.calls
         if len(calls) > 1:
-            calls.sort()  # start time, then arrival (unique, so spans are never compared)
+            calls.sort()  # start time, then arrival (unique, so later fields are never compared)
         observations: list[Observation] = []
         call_ids: set[str] = set()
+        tally: dict[tuple[str | None, str | None], int] = {}
         well_formed = True
         new = _new
-        for _, _, span in calls:
-            try:
-                attributes = span._attributes._dict  # type: ignore[union-attr]
-            except AttributeError:
-                attributes = _attributes(span)
-            get = attributes.get
-            call_id = get(_TOOL_CALL_ID)
-            if type(call_id) is not str or not call_id or len(call_id) > MAX_CALL_ID_LENGTH:
-                call_id = ""
-            duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
+        for record in calls:
+            _, _, call_id, tool_name, tool_type, status, execution, error_type, duplicate, _ = (
+                record
+            )
             if not duplicate:
                 if not call_id:
                     well_formed = False  # a call without an ID cannot prove completeness
                     continue
                 if call_id in call_ids:
-                    out.append(("diagnostic", "duplicate_span", batch.prompt_id, span.context))
+                    frame = SpanContext(
+                        context.trace_id, record[9], False, context.trace_flags, context.trace_state
+                    )
+                    out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
                     continue
                 call_ids.add(call_id)
-            tool_name = get(_TOOL_NAME)
-            tool_type = get(_TOOL_TYPE)
-            status = get(_TOOL_STATUS)
-            execution = get(_TOOL_EXECUTION_STATUS)
-            error_type = get(_TOOL_EXECUTION_ERROR_TYPE)
             observations.append(
                 new(
                     Observation,
-                    (
-                        call_id,
-                        tool_name
-                        if type(tool_name) is str and len(tool_name) <= MAX_TOOL_NAME_LENGTH
-                        else None,
-                        tool_type if type(tool_type) is str else None,
-                        status if type(status) is str else "",
-                        execution if type(execution) is str else None,
-                        error_type if type(error_type) is str else None,
-                        duplicate,
-                    ),
+                    (call_id, tool_name, tool_type, status, execution, error_type, duplicate),
                 )
             )
-        return tuple(observations), len(call_ids), well_formed
+            pair = (execution, tool_type)
+            tally[pair] = tally.get(pair, 0) + 1
+        return tuple(observations), len(call_ids), well_formed, tally
+
+    def _prompt_for_batch(self, prompt_id: str, now: float, out: list[_Emission]) -> _Prompt:
+        """The prompt's state, rebuilt if it was dropped (never enforcing), or a new one."""
+        prompt = self._prompts.get(prompt_id)
+        if prompt is not None:
+            prompt.last_seen = now
+            self._prompts.move_to_end(prompt_id)
+            return prompt
+        life = self._lives.get(prompt_id)
+        if life is not None:
+            # Its prompt span is open, so its state was dropped (eviction or the TTL).
+            prompt = _Prompt(life.guarded, now, rebuilt=True)
+        else:
+            # Never seen, or forgotten: guarded as new. Else dropped: rebuilt.
+            guarded = self._dropped.pop(prompt_id, None)
+            prompt = _Prompt(True, now) if guarded is None else _Prompt(guarded, now, rebuilt=True)
+        self._admit_prompt(prompt_id, prompt, now, out)
+        return prompt
 
     def _end_batch(
         self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
@@ -568,22 +799,30 @@ class GuardSpanProcessor(SpanProcessor):
         except AttributeError:
             attributes = _attributes(span)
         if _BATCH_ADMITTED not in attributes:
+            self._release(batch)
             return None  # carried a prompt ID but is not a batch span
         prompt_id = batch.prompt_id
         now = self._clock()
-        prompt = self._prompts.get(prompt_id)
-        if prompt is None:
-            prompt = _Prompt(True, now)
-            self._admit_prompt(prompt_id, prompt, now, out)
-        else:
-            prompt.last_seen = now
-            self._prompts.move_to_end(prompt_id)
-        if _opted_out(attributes):
-            prompt.guarded = False  # a marker on any batch opts the whole prompt out
+        opted_out = _opted_out(attributes)
+        if opted_out:
+            # A marker on any batch opts the whole prompt out, before anything here names it.
+            known = self._prompts.get(prompt_id)
+            if known is not None:
+                known.guarded = False
+            life = self._lives.get(prompt_id)
+            if life is not None:
+                life.guarded = False
+        self._expire(now, out)
+        prompt = self._prompt_for_batch(prompt_id, now, out)
+        if opted_out:
+            prompt.guarded = False
         if not prompt.guarded:
+            prompt.pending = None  # stale once a later batch settled, and the prompt is off now
+            self._release(batch)
             return None
 
-        observations, distinct_calls, well_formed = self._observations(batch, out)
+        observations, distinct_calls, well_formed, tally = self._observations(batch, context, out)
+        self._release(batch)
         admitted = attributes.get(attr.BATCH_ADMITTED)
         complete = (
             type(admitted) is int
@@ -603,7 +842,7 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes.get(attr.INPUT_RELIABLE) is True,
             ),
         )
-        return self._decide(prompt_id, prompt, guard_input, span, context)
+        return self._decide(prompt_id, prompt, guard_input, span, context, tally, out)
 
     def _decide(
         self,
@@ -612,14 +851,23 @@ class GuardSpanProcessor(SpanProcessor):
         guard_input: GuardInput,
         span: ReadableSpan,
         context: SpanContext,
+        tally: dict[tuple[str | None, str | None], int],
+        out: list[_Emission],
         profile: Profile = "acp",
     ) -> tuple[Transition | None, BatchEvaluation | None] | None:
         """Run the reducer on one settled batch of a guarded prompt; under the lock."""
         before = prompt.state
-        decision = reduce(before, guard_input)
+        decision = self._reduce(before, guard_input)
         kind, after, reason = decision
         prompt.state = after
         prompt.pending = None  # an action not taken before this batch settled is stale
+        if after.phase == "idle":
+            self._idle[prompt_id] = None
+            self._idle.move_to_end(prompt_id)
+        else:
+            self._idle.pop(prompt_id, None)
+        if tally:
+            out.append(("observations", tally))
         if kind == "none" and self._listener is None:
             return None  # the common case: nothing to emit, nobody to tell
         value = decision_value(kind)
@@ -632,6 +880,8 @@ class GuardSpanProcessor(SpanProcessor):
             else:
                 value = "would_stop"  # never stop a candidate whose reminder was not delivered
         prompt.pending = action
+        if reason == "contract_violation" and kind == "reset":
+            out.append(("diagnostic", "contract_violation", prompt_id, context))
 
         transition: Transition | None = None
         if value is not None:
@@ -663,6 +913,7 @@ class GuardSpanProcessor(SpanProcessor):
                 tool_type=tool_type,
                 execution_error_type=None if key is None else key.execution_error_type,
                 span_context=context,
+                timestamp=span.end_time,
             )
         if self._listener is None:
             return transition, None
@@ -710,19 +961,23 @@ class GuardSpanProcessor(SpanProcessor):
     def _apply_genai(
         self, event: ProfileEvent, out: list[_Emission], evaluations: list[BatchEvaluation]
     ) -> None:
+        """Apply one profile event, under the lock. A GenAI prompt's state starts as a rebuilt
+        one does (enforcement disabled): such a prompt is never enforced."""
         if type(event) is ProfileDiagnostic:
             out.append(("diagnostic", event.name, event.prompt_id, event.span_context))
         elif type(event) is PromptEnded:
-            self._prompts.pop(event.prompt_id, None)
+            if self._prompts.pop(event.prompt_id, None) is not None:
+                self._idle.pop(event.prompt_id, None)
         elif type(event) is PromptStarted:
             now = self._clock()
-            self._prompts.pop(event.prompt_id, None)  # a new prompt span starts a fresh prompt
-            self._admit_prompt(event.prompt_id, self._genai_prompt(now), now, out)
+            if self._prompts.pop(event.prompt_id, None) is not None:
+                self._idle.pop(event.prompt_id, None)  # a new prompt span: a fresh prompt
+            self._admit_prompt(event.prompt_id, _Prompt(True, now, rebuilt=True), now, out)
         elif type(event) is BatchSettled:
             now = self._clock()
             prompt = self._prompts.get(event.prompt_id)
             if prompt is None:  # its state was dropped: rebuilt, still never enforced
-                prompt = self._genai_prompt(now)
+                prompt = _Prompt(True, now, rebuilt=True)
                 self._admit_prompt(event.prompt_id, prompt, now, out)
             else:
                 prompt.last_seen = now
@@ -730,11 +985,15 @@ class GuardSpanProcessor(SpanProcessor):
             context = event.span.context
             if not prompt.guarded or context is None:
                 return
+            tally: dict[tuple[str | None, str | None], int] = {}
+            for observation in event.batch.observations:
+                pair = (observation.execution_status, observation.tool_type)
+                tally[pair] = tally.get(pair, 0) + 1
             # The input drain is taken as reliable with no new input: nothing says otherwise,
             # and the prompt is never enforced.
             guard_input: GuardInput = GuardInput(self._mode, event.batch, False, False, True)
             result = self._decide(
-                event.prompt_id, prompt, guard_input, event.span, context, profile="genai"
+                event.prompt_id, prompt, guard_input, event.span, context, tally, out, "genai"
             )
             if result is not None:
                 transition, evaluation = result
@@ -743,37 +1002,50 @@ class GuardSpanProcessor(SpanProcessor):
                 if evaluation is not None:
                     evaluations.append(evaluation)
 
-    @staticmethod
-    def _genai_prompt(now: float) -> _Prompt:
-        prompt = _Prompt(True, now)
-        prompt.state = _GENAI_INITIAL
-        return prompt
-
     def _admit_prompt(
         self, prompt_id: str, prompt: _Prompt, now: float, out: list[_Emission]
     ) -> None:
         prompts = self._prompts
-        # Expire from the least recently active end.
-        while prompts:
-            oldest_id, oldest = next(iter(prompts.items()))
-            if now - oldest.last_seen < self._ttl:
-                break
-            del prompts[oldest_id]
-            out.append(("diagnostic", "expired", oldest_id, None))
+        self._expire(now, out)
         if len(prompts) >= self._max_prompts:
-            victim = next(
-                (
-                    pid
-                    for pid, p in prompts.items()
-                    if p.state.phase == "idle" and p.pending is None
-                ),
-                None,
-            )
-            if victim is None:
-                victim = next(iter(prompts))
-            del prompts[victim]
-            out.append(("diagnostic", "evicted", victim, None))
+            # O(1): the oldest idle prompt is the front of its own table, else the oldest.
+            idle = self._idle
+            victim = next(iter(idle)) if idle else next(iter(prompts))
+            self._drop(victim, "evicted", out)
         prompts[prompt_id] = prompt
+        if prompt.state.phase == "idle":
+            self._idle[prompt_id] = None
+
+    def _expire(self, now: float, out: list[_Emission]) -> None:
+        """Drop the prompts inactive for the TTL, from the least recently active end."""
+        prompts = self._prompts
+        ttl = self._ttl
+        while prompts:
+            oldest_id = next(iter(prompts))
+            if now - prompts[oldest_id].last_seen < ttl:
+                return
+            self._drop(oldest_id, "expired", out)
+
+    def _drop(self, prompt_id: str, diagnostic: Diagnostic, out: list[_Emission]) -> None:
+        """Discard a prompt's state, keeping the facts a rebuilt state must honour."""
+        prompt = self._prompts.pop(prompt_id)
+        self._idle.pop(prompt_id, None)
+        life = self._lives.get(prompt_id)
+        guarded = prompt.guarded
+        if life is not None:
+            life.lost = True
+            life.guarded = life.guarded and guarded
+        else:
+            self._remember(prompt_id, guarded)
+        # An opted-out prompt gets no telemetry that names it.
+        out.append(("diagnostic", diagnostic, prompt_id if guarded else None, None))
+
+    def _remember(self, prompt_id: str, guarded: bool) -> None:
+        dropped = self._dropped
+        dropped[prompt_id] = guarded
+        dropped.move_to_end(prompt_id)
+        if len(dropped) > self._max_dropped:
+            dropped.popitem(last=False)
 
     # -- emission (outside the lock) ----------------------------------------------------------
 
@@ -786,6 +1058,8 @@ class GuardSpanProcessor(SpanProcessor):
                 _, name, prompt_id, span_context = item
                 self._count(name)
                 ok = telemetry.diagnostic(name, prompt_id, span_context)
+            elif item[0] == "observations":
+                ok = telemetry.observations(item[1])
             else:
                 ok = telemetry.transition(item[1])
             if not ok:

@@ -1,4 +1,4 @@
-"""``RedactingSpanExporter``: exports copies of spans with sensitive attributes removed.
+"""``RedactingSpanExporter``: exports copies of spans with sensitive data removed.
 
 Redaction happens in ``export()``, which the SDK's ``BatchSpanProcessor`` calls on its worker
 thread, so the agent's ``span.end()`` pays nothing for it. The spans the SDK handed over are never
@@ -14,12 +14,24 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
 
 from otel_guard import attributes as attr
-from otel_guard.sensitive import SensitiveKeys
+from otel_guard.pseudonym import Pseudonymizer
+from otel_guard.sensitive import (
+    CLASSIFIED_ERROR_TYPE,
+    ERROR_TYPE_KEYS,
+    MODEL_OPERATIONS,
+    PSEUDONYMOUS_KEYS,
+    UNCLASSIFIED_ERROR_TYPE,
+    AllowedKey,
+    SensitiveKeys,
+    allowed_key,
+    is_genai_key,
+)
 
 __all__ = ["MIN_NAME_MATCH_LENGTH", "REDACTED_SPAN_NAME", "KeyPredicate", "RedactingSpanExporter"]
 
@@ -29,32 +41,40 @@ KeyPredicate = Callable[[str], bool]
 """True for an attribute key that must not be exported."""
 
 REDACTED_SPAN_NAME: Final = "redacted"
-"""The exported name of a span whose name held a removed value and that has no operation name."""
+"""The exported name of a span or event whose name could hold removed data."""
 
 MIN_NAME_MATCH_LENGTH: Final = 3
-"""Removed values shorter than this are not searched for in span names (too many false hits)."""
+"""Removed values shorter than this are not searched for in names (too many false hits)."""
 
-# GenAI operation names are short identifiers; anything else is not used as a span name.
+# Operation names, and the only names a GenAI span or event keeps without an operation name.
 _OPERATION_NAME: Final = re.compile(r"[a-z][a-z0-9_.]{0,63}")
+_WORD: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}")
+_MAX_TOOL_NAME_LENGTH: Final = 256  # longer names are no name to the guard; they stay none
 _CACHE_LIMIT: Final = 4096
+_DROP: Final = object()
 
 
 class RedactingSpanExporter(SpanExporter):
     """Wraps ``delegate`` and hands it redacted copies of the spans it is asked to export.
 
-    In each copy:
+    A **GenAI span** (one with an attribute or event in a GenAI namespace of
+    :mod:`otel_guard.sensitive`: ``gen_ai.``, ``acp.``, pydantic-ai/logfire, OpenInference,
+    OpenLLMetry, Langfuse, Vercel AI, Google ADK, MLflow, OpenLIT, MCP) keeps only the registry's
+    allow-list, on the span, its events and its links; its name becomes its operation name (with
+    the model for model calls), and its event names survive only as plain identifiers.
+    Every other span loses the registry's deny-list keys (case-insensitive) and any name that
+    holds a removed value. Both keep what the guard's replay needs:
 
-    * span, event and link attributes named sensitive are removed: the keys of
-      :mod:`otel_guard.sensitive` plus ``extra_keys`` and keys fully matching ``extra_patterns``;
-    * with ``allow_keys`` (allow-list mode) only the keys listed there survive, minus any named
-      by ``extra_keys``/``extra_patterns``; the registry is not consulted, the list is the policy;
-    * the status description is dropped and the status code kept;
-    * the span name is replaced by its ``gen_ai.operation.name`` (or by :data:`REDACTED_SPAN_NAME`
-      when it has none) when the span is a tool-call span whose tool name is removed, or when the
-      name contains a removed string value of at least :data:`MIN_NAME_MATCH_LENGTH` characters:
-      GenAI span names embed the tool name (``execute_tool {gen_ai.tool.name}``);
-    * everything else is unchanged: context, parent, kind, times, resource, scope, event names and
-      times, link contexts, and the dropped counts.
+    * ``gen_ai.tool.name`` (and ``mcp.server.name``) become keyed pseudonyms
+      (:class:`~otel_guard.pseudonym.Pseudonymizer` under ``pseudonym_key``);
+    * classified error types are kept, free text is dropped (``error.type`` becomes ``_OTHER``).
+
+    Also: the status description is dropped and the code kept; the resource loses its sensitive
+    keys (process command line, arguments, executable path, owner); ``extra_keys`` and keys fully
+    matching ``extra_patterns`` are removed everywhere. With ``allow_keys`` the deployment's own
+    list replaces both policies: only the listed keys survive, on every span, besides the
+    pseudonyms and classified error types (a listed ``gen_ai.tool.name`` keeps the real name).
+    Context, parent, kind, times, scope, event times, link contexts and dropped counts are kept.
 
     ``export()`` never raises. A span that cannot be redacted is dropped, never exported as it
     was, and counted in :attr:`dropped_spans`. ``shutdown()`` and ``force_flush()`` delegate.
@@ -67,17 +87,17 @@ class RedactingSpanExporter(SpanExporter):
         extra_keys: Iterable[str] = (),
         extra_patterns: Iterable[str] = (),
         allow_keys: Iterable[str] | None = None,
+        pseudonym_key: bytes | str | None = None,
     ) -> None:
         self._delegate = delegate
         extra_keys = frozenset(_names(extra_keys))
         extra_patterns = _names(extra_patterns)
         self._allow = None if allow_keys is None else frozenset(_names(allow_keys))
-        self._sensitive: KeyPredicate
-        if self._allow is None:
-            self._sensitive = SensitiveKeys(extra_keys, extra_patterns)
-        else:
-            self._sensitive = _ExtraKeys(extra_keys, extra_patterns)
-        self._cache: dict[str, bool] = {}
+        self._sensitive: KeyPredicate = SensitiveKeys(extra_keys, extra_patterns)
+        self._extra: KeyPredicate = _ExtraKeys(extra_keys, extra_patterns)
+        self._pseudonym = Pseudonymizer(pseudonym_key)
+        self._cache: dict[tuple[bool, str], bool] = {}
+        self._resources: dict[int, tuple[Resource, Resource]] = {}
         self._lock = threading.Lock()
         self._dropped_spans = 0
 
@@ -92,41 +112,48 @@ class RedactingSpanExporter(SpanExporter):
         with self._lock:
             return self._dropped_spans
 
-    def removes(self, key: str) -> bool:
-        """True when this exporter removes attribute ``key`` from the spans it exports."""
-        removed = self._cache.get(key)
-        if removed is None:
-            if self._allow is None:
-                removed = self._sensitive(key)
+    def removes(self, key: str, *, genai: bool = False) -> bool:
+        """True when this exporter removes (or rewrites) attribute ``key`` from the spans it
+        exports: from GenAI spans when ``genai``, else from other spans."""
+        cached = self._cache.get((genai, key))
+        if cached is None:
+            if self._extra(key):
+                cached = True
+            elif self._allow is not None:
+                cached = key not in self._allow
+            elif genai:
+                cached = allowed_key(key) is None
             else:
-                removed = key not in self._allow or self._sensitive(key)
+                cached = self._sensitive(key)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()  # keys are few in practice; this only bounds a flood
-            self._cache[key] = removed
-        return removed
+            self._cache[(genai, key)] = cached
+        return cached
 
     def redact(self, span: ReadableSpan) -> ReadableSpan:
         """A redacted copy of ``span`` (the original is left untouched)."""
-        removed_values: list[str] = []
-        _collect_strings(span.status.description, removed_values)
-        attributes = self._filter(span.attributes, removed_values, span.dropped_attributes)
-        events = [
-            Event(
-                event.name,
-                self._filter(event.attributes, removed_values, _dropped(event)),
-                event.timestamp,
-            )
+        removed: list[str] = []
+        _collect_strings(span.status.description, removed)
+        genai = self._allow is None and _is_genai(span)
+        attributes = self._filter(span.attributes, genai, removed, span.dropped_attributes)
+        filtered_events = [
+            (event, self._filter(event.attributes, genai, removed, _dropped(event)))
             for event in span.events
         ]
         links = [
-            Link(link.context, self._filter(link.attributes, removed_values, _dropped(link)))
+            Link(link.context, self._filter(link.attributes, genai, removed, _dropped(link)))
             for link in span.links
         ]
+        needles = _needles(removed)
+        events = [
+            Event(self._event_name(event.name, genai, needles), kept, event.timestamp)
+            for event, kept in filtered_events
+        ]
         return _RedactedSpan(
-            name=self._name(span, removed_values),
+            name=self._name(span, attributes, genai, needles),
             context=span.context,
             parent=span.parent,
-            resource=span.resource,
+            resource=self._resource(span.resource),
             attributes=attributes,
             events=events,
             links=links,
@@ -165,35 +192,104 @@ class RedactingSpanExporter(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._delegate.force_flush(timeout_millis)
 
+    # -- attributes ------------------------------------------------------------------------
+
     def _filter(
-        self, attributes: Mapping[str, Any] | None, removed_values: list[str], dropped: int
+        self,
+        attributes: Mapping[str, Any] | None,
+        genai: bool,
+        removed: list[str],
+        dropped: int,
     ) -> BoundedAttributes:
         kept: dict[str, Any] = {}
         for key, value in (attributes or {}).items():
-            if self.removes(key):
-                _collect_strings(value, removed_values)
-            else:
-                kept[key] = value
+            exported = self._value(key, value, genai)
+            if exported is not value:
+                _collect_strings(value, removed)
+            if exported is not _DROP:
+                kept[key] = exported
         bounded = BoundedAttributes(maxlen=None, attributes=kept, immutable=True)
         bounded.dropped = dropped
         return bounded
 
-    def _name(self, span: ReadableSpan, removed_values: list[str]) -> str:
+    def _value(self, key: str, value: Any, genai: bool) -> Any:
+        """What is exported for ``key``: ``value`` itself, a rewritten value, or ``_DROP``."""
+        if not self.removes(key, genai=genai):
+            if not genai:
+                return value
+            rule = allowed_key(key)
+            return value if rule is None or _fits(rule, value) else _DROP
+        if self._extra(key) or not (genai or self._allow is not None):
+            return _DROP
+        prefix = PSEUDONYMOUS_KEYS.get(key)
+        if prefix is not None:
+            if type(value) is not str or len(value) > _MAX_TOOL_NAME_LENGTH:
+                return _DROP  # no name to the guard either
+            return self._pseudonym(value, prefix) if value.strip() else value
+        case = ERROR_TYPE_KEYS.get(key)
+        if case is not None:
+            if type(value) is not str:
+                # Present but unreadable: still an error of unknown type to the GenAI profile.
+                return UNCLASSIFIED_ERROR_TYPE if case == "lower" else _DROP
+            if case == "lower":
+                # The GenAI profile reads error.type lower-cased: export it as it will be read.
+                lowered = value.lower()
+                if CLASSIFIED_ERROR_TYPE.fullmatch(lowered):
+                    return lowered
+                return UNCLASSIFIED_ERROR_TYPE
+            return value if CLASSIFIED_ERROR_TYPE.fullmatch(value) else _DROP
+        return _DROP
+
+    def _resource(self, resource: Resource) -> Resource:
+        key = id(resource)
+        cached = self._resources.get(key)
+        if cached is not None and cached[0] is resource:
+            return cached[1]
+        attributes = resource.attributes
+        if any(self._sensitive(k) for k in attributes):
+            kept = {k: v for k, v in attributes.items() if not self._sensitive(k)}
+            redacted = Resource(kept, resource.schema_url)
+        else:
+            redacted = resource
+        with self._lock:
+            if len(self._resources) >= _CACHE_LIMIT:
+                self._resources.clear()
+            # The original is kept alive with its copy, so its id cannot be reused meanwhile.
+            self._resources[key] = (resource, redacted)
+        return redacted
+
+    # -- names -----------------------------------------------------------------------------
+
+    def _name(
+        self, span: ReadableSpan, exported: Mapping[str, Any], genai: bool, needles: list[str]
+    ) -> str:
         name = span.name
-        span_attributes = span.attributes or {}
-        operation = span_attributes.get(attr.OPERATION_NAME)
-        tool_call = operation == attr.EXECUTE_TOOL and self.removes(attr.TOOL_NAME)
-        if not tool_call and not any(
-            len(value) >= MIN_NAME_MATCH_LENGTH and value in name for value in removed_values
-        ):
-            return name
-        if isinstance(operation, str) and _OPERATION_NAME.fullmatch(operation):
+        operation = exported.get(attr.OPERATION_NAME)
+        if not isinstance(operation, str) or not _OPERATION_NAME.fullmatch(operation):
+            operation = None
+        if genai:
+            if operation is None:
+                safe = _OPERATION_NAME.fullmatch(name) and not _holds(name, needles)
+                return name if safe else REDACTED_SPAN_NAME
+            model = exported.get("gen_ai.request.model", exported.get("gen_ai.response.model"))
+            if operation in MODEL_OPERATIONS and isinstance(model, str):
+                return f"{operation} {model}"
             return operation
-        return REDACTED_SPAN_NAME
+        tool_name = (span.attributes or {}).get(attr.TOOL_NAME)
+        tool_call = operation == attr.EXECUTE_TOOL and exported.get(attr.TOOL_NAME) != tool_name
+        if not tool_call and not _holds(name, needles):
+            return name
+        return operation or REDACTED_SPAN_NAME
+
+    @staticmethod
+    def _event_name(name: str, genai: bool, needles: list[str]) -> str:
+        if _holds(name, needles) or (genai and not _OPERATION_NAME.fullmatch(name)):
+            return REDACTED_SPAN_NAME
+        return name
 
 
 class _ExtraKeys:
-    """Only the deployment's own additions: the deny part of allow-list mode."""
+    """Only the deployment's own additions."""
 
     __slots__ = ("_keys", "_pattern")
 
@@ -225,6 +321,45 @@ class _RedactedSpan(ReadableSpan):
     @property
     def dropped_links(self) -> int:
         return self._dropped[2]
+
+
+def _is_genai(span: ReadableSpan) -> bool:
+    if any(is_genai_key(key) for key in span.attributes or {}):
+        return True
+    return any(
+        is_genai_key(event.name) or any(is_genai_key(key) for key in event.attributes or {})
+        for event in span.events
+    )
+
+
+def _fits(rule: AllowedKey, value: Any) -> bool:
+    """True when ``value`` has the shape ``rule`` allows."""
+    shape = rule.shape
+    if shape == "as_is":
+        return True
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    if shape == "count":
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if shape == "flag":
+        return all(isinstance(v, bool) for v in values)
+    return all(isinstance(v, str) and _WORD.fullmatch(v) is not None for v in values)
+
+
+def _needles(removed: list[str]) -> list[str]:
+    """The lower-cased removed values to search names for, with the last part of each path."""
+    needles: set[str] = set()
+    for value in removed:
+        lowered = value.lower()
+        needles.add(lowered)
+        base = re.split(r"[/\\]", lowered.rstrip("/\\"))[-1]
+        if base != lowered:
+            needles.add(base)
+    return [n for n in needles if len(n) >= MIN_NAME_MATCH_LENGTH]
+
+
+def _holds(name: str, needles: list[str]) -> bool:
+    lowered = name.lower()
+    return any(needle in lowered for needle in needles)
 
 
 def _names(names: Iterable[str]) -> tuple[str, ...]:

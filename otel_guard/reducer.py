@@ -30,6 +30,7 @@ __all__ = [
     "effective_mode",
     "parse_mode",
     "reduce",
+    "reduce_with_thresholds",
 ]
 
 THRESHOLD = 8
@@ -304,3 +305,32 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         kind,
         GuardState(phase, key, failure_count, batch_count, ordinal, next_ordinal, disabled),
     )
+
+
+def reduce_with_thresholds(
+    state: GuardState, input: GuardInput, threshold: int, batch_threshold: int
+) -> Decision:
+    """:func:`reduce` as if :data:`THRESHOLD` and :data:`BATCH_THRESHOLD` were ``threshold`` and
+    ``batch_threshold``: for what-if analysis (the replay's ``--threshold``), never the live guard.
+
+    The constants decide only whether a continuing streak warns (step 10); every other step, and
+    the counts a streak carries, are the same for any constants. So the live decision is taken
+    and, for a streak that continues from ``tracking``, that one condition is re-evaluated.
+    """
+    decision = reduce(state, input)
+    kind, after, _ = decision
+    if (
+        state.phase != "tracking"
+        or after.key != state.key
+        or kind not in ("tracked", "would_warn", "warn")
+    ):
+        return decision
+    if after.failure_count >= threshold and after.batch_count >= batch_threshold:
+        requested = input.mode
+        mode = _MODES.get(requested) if type(requested) is str else None
+        if mode is None:
+            mode = parse_mode(requested) or "shadow"
+        return Decision(
+            "would_warn" if mode == "shadow" else "warn", after._replace(phase="warned")
+        )
+    return Decision("tracked", after._replace(phase="tracking"))

@@ -8,23 +8,31 @@ order) back into the start/end sequence the processor would have seen live:
 * spans are buffered per trace; a trace is replayed once its root span has been read and a
   reorder window of further spans has passed (so lines written out of order still join their
   trace), or when the input ends; traces ready at the same time are replayed in the order they
-  started; a span read twice while its trace is buffered (a retried export) is counted once;
+  started;
+* a span read twice (same trace and span ID: a retried or overlapping export) is replayed once,
+  whether its trace is still buffered or was replayed recently;
 * a replayed trace's starts and ends are merged in time order (a parent starts before its
   children, a child ends before its parent when both end at the same nanosecond);
 * the replay acts as a host that reads the guard's action after every batch, so ``enforce``
   really issues stops.
 
-Memory follows the open traces (bounded by ``max_open_traces``; beyond it the oldest is replayed
-early) and the reorder window, not the input size.
+Memory follows the open traces, not the input size: at most ``max_open_traces`` are buffered
+(beyond it the oldest is replayed early) and at most ``max_trace_spans`` spans of one trace
+(beyond it the trace is replayed in parts); both count in the report's ``bounds``.
+
+A replayer can own one shard of the prompts (``shard=(index, count)``): it reads every span but
+replays only the traces whose prompt hashes to its index, so shards replayed apart add up to
+one replay (``docs/design.md``, "Replay report, what-if and shards").
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
+import zlib
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
 
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
@@ -44,12 +52,38 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
 from otel_guard import attributes as attr
-from otel_guard.genai_profile import Coverage
 from otel_guard.processor import BatchEvaluation, GuardSpanProcessor, Profile
-from otel_guard.reducer import RESET_REASONS, Mode, Observation
+from otel_guard.reducer import (
+    BATCH_THRESHOLD,
+    THRESHOLD,
+    Decision,
+    GuardInput,
+    GuardState,
+    Mode,
+    Observation,
+    reduce,
+    reduce_with_thresholds,
+)
+from otel_guard.report import (
+    BOUNDS,
+    DAY_LIMIT,
+    GENAI_SEEN,
+    GROUP_KEYS,
+    GROUP_LIMIT,
+    HISTORY_LIMIT,
+    INVARIANTS,
+    OTHER_DAY,
+    SAMPLE_LIMIT,
+    SAMPLES,
+    TIMELINE_LIMIT,
+    day_of,
+    empty_tally,
+    hour_of,
+    merge_reports,
+    render_text,
+)
 from otel_guard.sensitive import is_sensitive
 from otel_guard.telemetry import (
-    DECISION_VALUES,
     DIAGNOSTIC_EVENT,
     LOOP_EVENT,
     LOOP_TYPE,
@@ -59,9 +93,11 @@ from otel_guard.telemetry import (
 
 __all__ = [
     "DEFAULT_MAX_OPEN_TRACES",
+    "DEFAULT_MAX_TRACE_SPANS",
     "DEFAULT_REORDER_WINDOW",
     "GROUP_KEYS",
     "INVARIANTS",
+    "SWEEP_THRESHOLDS",
     "GuardPipeline",
     "GuardReport",
     "Replayer",
@@ -74,29 +110,19 @@ DEFAULT_REORDER_WINDOW: Final = 10_000
 DEFAULT_MAX_OPEN_TRACES: Final = 100_000
 """Traces buffered at once; beyond it the oldest is replayed without waiting for its root."""
 
-GROUP_KEYS: Final = (DEPLOYMENT_ENVIRONMENT_NAME, SERVICE_VERSION)
-"""Resource attributes the report groups by: rollouts compare environments and versions."""
+DEFAULT_MAX_TRACE_SPANS: Final = 50_000
+"""Spans buffered for one trace; beyond it the trace is replayed in parts (about 50 MB)."""
 
-INVARIANTS: Final[Mapping[str, str]] = {
-    "cancelled_counted": "cancelled calls counted as eligible failures",
-    "ineligible_counted": "not_started, unknown or post-execution outcomes counted as failures",
-    "incomplete_batch_decision": "decisions based on incomplete batches",
-    "enforcement_after_unreliable_input": "enforcement after an unreliable input drain",
-    "stop_without_warning": "would_stop/stopped without would_warn/warned (same prompt, candidate)",
-    "sensitive_telemetry": "guard telemetry fields outside the closed sets (sensitive data)",
-}
-"""The design document's required invariants that a replay can check, by report key.
+SWEEP_THRESHOLDS: Final = (2, 3, 4, 6, 8, 10, 12, 16, 24, 32)
+"""Thresholds ``--sweep`` replays, each with the batch threshold in force."""
 
-The remaining one (the existing total tool-call and duplicate-ID protections stay unchanged) is
-a property of the agent, not of its traces.
-"""
+REMEMBERED_SPANS: Final = 200_000
+"""Span IDs of recently replayed traces kept to recognise a late duplicate ..."""
 
-SAMPLE_LIMIT: Final = 100
-"""Warned and stopped prompt IDs listed in the report, for manual review."""
+REMEMBERED_TRACES: Final = 20_000
+"""... of at most this many traces."""
 
 _ADVANCING: Final = frozenset({"tracked", "would_warn", "warn", "would_stop", "stop"})
-_WARNINGS: Final = frozenset({"would_warn", "warned"})
-_STOPS: Final = frozenset({"would_stop", "stopped"})
 _ERROR_TYPE: Final = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 _LOG_KEYS: Final = frozenset(METRIC_ATTRIBUTE_VALUES) | {
     "prompt_id",
@@ -108,8 +134,11 @@ _LOG_ALLOWED: Final = frozenset(key for key in _LOG_KEYS if not is_sensitive(key
 _EVENTS: Final = frozenset({TRANSITION_EVENT, LOOP_EVENT, DIAGNOSTIC_EVENT})
 _MAX_PROMPT_AUDITS: Final = 200_000
 _MAX_RESOURCES: Final = 4096
+_NANOS_PER_DAY: Final = 24 * 3600 * 10**9
+_NANOS_PER_HOUR: Final = 3600 * 10**9
 
 Group = tuple[str | None, str | None]
+_OTHER: Final[Group] = ("\0other", "\0other")  # never a resource's value: the folded groups
 
 
 def group_of(resource: Resource) -> Group:
@@ -125,40 +154,54 @@ def group_of(resource: Resource) -> Group:
     )
 
 
-@dataclass
-class Tally:
-    """Counts for one group of the report (or all of it)."""
-
-    spans: int = 0
-    prompts: int = 0
-    batches: int = 0
-    decisions: Counter[str] = field(default_factory=Counter)
-    reset_reasons: Counter[str] = field(default_factory=Counter)
-    prompts_warned: int = 0
-    prompts_stopped: int = 0
-    tool_calls_saved: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "spans": self.spans,
-            "prompts": self.prompts,
-            "batches": self.batches,
-            "decisions": {value: self.decisions[value] for value in DECISION_VALUES},
-            "reset_reasons": {reason: self.reset_reasons[reason] for reason in RESET_REASONS},
-            "prompts_warned": self.prompts_warned,
-            "prompts_stopped": self.prompts_stopped,
-            "tool_calls_saved": self.tool_calls_saved,
-        }
-
-
-@dataclass
 class _PromptAudit:
-    group: Group
-    trace_id: int
-    warned_ordinals: set[int] = field(default_factory=set)
-    unreliable: bool = False
-    warned: bool = False
-    stopped: dict[str, Any] | None = None
+    __slots__ = (
+        "day",
+        "group",
+        "history",
+        "recovered",
+        "stop",
+        "stop_ns",
+        "stop_tool",
+        "trace_id",
+        "unreliable",
+        "warn_kinds",
+        "warned",
+        "warned_ordinals",
+    )
+
+    def __init__(self, group: Group, trace_id: int) -> None:
+        self.group = group
+        self.trace_id = trace_id
+        self.warned_ordinals: set[int] = set()
+        self.unreliable = False
+        self.warned = False
+        self.warn_kinds: set[str] = set()
+        self.stop: dict[str, Any] | None = None  # the stop sample entry, once stopped
+        self.stop_ns = 0
+        self.stop_tool: str | None = None
+        self.recovered = False
+        # The current streak's batches: (time, decision, failure count, calls).
+        self.history: deque[list[Any]] = deque(maxlen=HISTORY_LIMIT // 2)
+
+
+class _Sample:
+    """The earliest :data:`SAMPLE_LIMIT` entries by (time, prompt ID); entries stay mutable."""
+
+    def __init__(self) -> None:
+        self._entries: list[dict[str, Any]] = []
+
+    def offer(self, entry: dict[str, Any]) -> None:
+        self._entries.append(entry)
+        if len(self._entries) >= 2 * SAMPLE_LIMIT:
+            self._entries = self.entries()
+
+    def entries(self) -> list[dict[str, Any]]:
+        return sorted(self._entries, key=_sample_order)[:SAMPLE_LIMIT]
+
+
+def _sample_order(entry: Mapping[str, Any]) -> tuple[int, str]:
+    return (entry["time_unix_nano"], entry["prompt_id"])
 
 
 class GuardReport:
@@ -166,93 +209,174 @@ class GuardReport:
 
     :meth:`observe` is a :class:`~otel_guard.GuardSpanProcessor` listener. Prompts are told apart
     by ID (unique per prompt, as ACP issues them) within a bounded table of recently active
-    prompts (200,000): memory follows active prompts, not the input size.
+    prompts (200,000): memory follows active prompts, not the input size. Groups, days and the
+    timeline are bounded too (``otel_guard.report``).
     """
 
-    def __init__(self, mode: str) -> None:
+    def __init__(
+        self, mode: str, threshold: int = THRESHOLD, batch_threshold: int = BATCH_THRESHOLD
+    ) -> None:
         self.mode = mode
-        self.total = Tally()
-        self.groups: dict[Group, Tally] = {}
+        self.threshold = threshold
+        self.batch_threshold = batch_threshold
+        self.total = empty_tally()
+        self.groups: dict[Group, dict[str, Any]] = {}
+        self.days: dict[int, dict[str, Any]] = {}
+        self.timeline: dict[tuple[int, Group], Counter[str]] = {}
         self.traces = 0
         self.duplicate_spans = 0
         self.violations: Counter[str] = Counter({name: 0 for name in INVARIANTS})
         self.diagnostics: dict[str, int] = {}
-        self.warned_sample: list[dict[str, Any]] = []
-        self.stopped_sample: list[dict[str, Any]] = []
+        self.bounds: Counter[str] = Counter({name: 0 for name in BOUNDS})
+        self.samples = {name: _Sample() for name in SAMPLES}
+        self.sweep: list[dict[str, Any]] | None = None
         # Prompts by how the guard read them: batch spans (acp) or the GenAI conventions (genai).
         self.profiles: dict[Profile, int] = {"acp": 0, "genai": 0}
-        self.genai_coverage = Coverage(0, 0, 0, 0)
+        # What the GenAI profile saw, for saying why a file gave no readable prompt.
+        self.genai_seen: dict[str, int] = dict.fromkeys(GENAI_SEEN, 0)
         self._prompts: OrderedDict[str, _PromptAudit] = OrderedDict()
-        self._resource_groups: dict[int, tuple[Resource, Group, Tally]] = {}
+        self._resource_groups: dict[int, tuple[Resource, Group, dict[str, Any]]] = {}
 
     # -- input -----------------------------------------------------------------------------
 
     def count_span(self, span: ReadableSpan) -> None:
-        self.count_spans(span.resource, 1)
+        self.count_spans(span.resource, 1, span.start_time or 0)
 
-    def count_spans(self, resource: Resource, count: int) -> None:
-        """Count ``count`` spans read with ``resource``."""
-        self.total.spans += count
-        self._resource_group(resource)[1].spans += count
+    def count_spans(self, resource: Resource, count: int, time_ns: int | None = None) -> None:
+        """Count ``count`` spans read with ``resource``, on the day of ``time_ns`` if given."""
+        self.total["spans"] += count
+        self._resource_group(resource)[1]["spans"] += count
+        if time_ns is not None:
+            self._day(time_ns)["spans"] += count
 
-    def _resource_group(self, resource: Resource) -> tuple[Group, Tally]:
+    def _resource_group(self, resource: Resource) -> tuple[Group, dict[str, Any]]:
         # Readers share one Resource object per distinct resource: look its group up once.
         cached = self._resource_groups.get(id(resource))
         if cached is None or cached[0] is not resource:
             if len(self._resource_groups) >= _MAX_RESOURCES:
                 self._resource_groups.clear()
             group = group_of(resource)
+            if group not in self.groups and len(self.groups) >= GROUP_LIMIT:
+                self.bounds["report_groups"] += 1
+                group = _OTHER
             cached = self._resource_groups[id(resource)] = (resource, group, self._group(group))
         return cached[1], cached[2]
 
+    def _day(self, time_ns: int) -> dict[str, Any]:
+        index = time_ns // _NANOS_PER_DAY
+        tally = self.days.get(index)
+        if tally is None:
+            if len(self.days) >= DAY_LIMIT:
+                self.bounds["report_days"] += 1
+                index = -1  # the "other" day
+                tally = self.days.get(index)
+            if tally is None:
+                tally = self.days[index] = empty_tally()
+        return tally
+
     def observe(self, evaluation: BatchEvaluation) -> None:
         """Record one evaluated batch (a processor listener)."""
-        span_context = evaluation.span.context
+        span = evaluation.span
+        span_context = span.context
+        end_ns = span.end_time or 0
         audit = self._prompts.get(evaluation.prompt_id)
-        group, tally = self._resource_group(evaluation.span.resource)
-        tallies = (self.total, tally)
+        group, tally = self._resource_group(span.resource)
+        tallies = (self.total, tally, self._day(end_ns))
         if audit is None:
             audit = _PromptAudit(group, span_context.trace_id if span_context else 0)
             self._prompts[evaluation.prompt_id] = audit
             if len(self._prompts) > _MAX_PROMPT_AUDITS:
                 self._prompts.popitem(last=False)
-            for tally in tallies:
-                tally.prompts += 1
+            for counts in tallies:
+                counts["prompts"] += 1
             self.profiles[evaluation.profile] += 1
         else:
             self._prompts.move_to_end(evaluation.prompt_id)
         calls = [o for o in evaluation.batch.observations if not o.provider_duplicate]
         value = evaluation.decision_value
-        for tally in tallies:
-            tally.batches += 1
+        reason = evaluation.decision.reason
+        for counts in tallies:
+            counts["batches"] += 1
             if value is not None:
-                tally.decisions[value] += 1
-            if value == "reset" and evaluation.decision.reason is not None:
-                tally.reset_reasons[evaluation.decision.reason] += 1
-        if audit.stopped is not None:
-            # Calls made after the stop decision: what stopping would have saved.
-            audit.stopped["tool_calls_after_stop"] += len(calls)
-            for tally in tallies:
-                tally.tool_calls_saved += len(calls)
+                counts["decisions"][value] += 1
+            if value == "reset" and reason is not None:
+                counts["reset_reasons"][reason] += 1
+        if value is not None:
+            self._timeline(end_ns, group, value)
         self._check(evaluation, audit, calls)
-        ordinal = evaluation.decision.state.candidate_ordinal
-        if value in _WARNINGS and not audit.warned:
-            audit.warned = True
-            for tally in tallies:
-                tally.prompts_warned += 1
-            self._sample(self.warned_sample, evaluation, audit, value)
-        if value in _STOPS and audit.stopped is None:
-            audit.stopped = self._sample(self.stopped_sample, evaluation, audit, value)
-            audit.stopped["tool_calls_after_stop"] = 0
-            for tally in tallies:
-                tally.prompts_stopped += 1
-        if value in _WARNINGS:
-            audit.warned_ordinals.add(ordinal)
+        state = evaluation.decision.state
+        moment = [end_ns, value or "none", state.failure_count, len(calls)]
+        stop = audit.stop
+        if stop is not None:
+            # Calls made after the stop decision: what stopping would have saved.
+            stop["tool_calls_after_stop"] += len(calls)
+            if len(stop["batches"]) < HISTORY_LIMIT:
+                stop["batches"].append(moment)
+            for counts in tallies:
+                counts["saved"]["tool_calls"] += len(calls)
+            if not audit.recovered and stop["decision"] == "would_stop":
+                tool = audit.stop_tool
+                if any(
+                    o.policy_tool_name == tool
+                    and o.terminal_status == "success"
+                    and o.execution_status == "success"
+                    for o in calls
+                ):
+                    audit.recovered = stop["self_recovered"] = True
+                    for counts in tallies:
+                        counts["self_recovered_after_would_stop"] += 1
+            return
+        if value == "reset" or evaluation.before.key != state.key:
+            audit.history.clear()
+        if value is not None or state.phase != "idle":
+            audit.history.append(moment)
+        if value in ("would_warn", "warned"):
+            if not audit.warned:
+                audit.warned = True
+                self.samples["warned_prompts"].offer(self._entry(evaluation, audit, value, end_ns))
+            if value not in audit.warn_kinds:
+                audit.warn_kinds.add(value)
+                for counts in tallies:
+                    counts[f"prompts_{value}"] += 1
+            audit.warned_ordinals.add(state.candidate_ordinal)
+        if value in ("would_stop", "stopped"):
+            entry = self._entry(evaluation, audit, value, end_ns)
+            entry["tool_calls_after_stop"] = 0
+            if value == "would_stop":
+                entry["self_recovered"] = False
+            entry["batches"] = list(audit.history)
+            audit.stop = entry
+            audit.stop_ns = end_ns
+            audit.stop_tool = None if state.key is None else state.key.policy_tool_name
+            audit.history.clear()
+            self.samples[f"{value}_prompts"].offer(entry)
+            for counts in tallies:
+                counts[f"prompts_{value}"] += 1
+
+    def observe_model_call(self, prompt_id: str, span: ReadableSpan) -> None:
+        """Count a model call of ``prompt_id`` as saved work if it started after a stop."""
+        audit = self._prompts.get(prompt_id)
+        if audit is None or audit.stop is None:
+            return
+        start = span.start_time or 0
+        if start < audit.stop_ns:
+            return
+        attributes = span.attributes or {}
+        input_tokens = attributes.get(attr.USAGE_INPUT_TOKENS)
+        output_tokens = attributes.get(attr.USAGE_OUTPUT_TOKENS)
+        tallies = (self.total, self._group(audit.group), self._day(start))
+        for counts in tallies:
+            saved = counts["saved"]
+            saved["model_calls"] += 1
+            if type(input_tokens) is int and input_tokens > 0:
+                saved["input_tokens"] += input_tokens
+            if type(output_tokens) is int and output_tokens > 0:
+                saved["output_tokens"] += output_tokens
 
     def _check(
         self, evaluation: BatchEvaluation, audit: _PromptAudit, calls: Sequence[Observation]
     ) -> None:
-        """The design document's invariants, re-derived from the batch, not from the reducer."""
+        """The required invariants, re-derived from the batch, not from the reducer."""
         if not evaluation.input_reliable:
             audit.unreliable = True
         value = evaluation.decision_value
@@ -261,9 +385,10 @@ class GuardReport:
         )
         if stopping and audit.unreliable:
             self.violations["enforcement_after_unreliable_input"] += 1
-        if value in _STOPS and evaluation.decision.state.candidate_ordinal not in (
-            audit.warned_ordinals
-        ):
+        if value in (
+            "would_stop",
+            "stopped",
+        ) and evaluation.decision.state.candidate_ordinal not in (audit.warned_ordinals):
             self.violations["stop_without_warning"] += 1
         if evaluation.decision.kind not in _ADVANCING:
             return
@@ -326,111 +451,103 @@ class GuardReport:
 
     # -- output ----------------------------------------------------------------------------
 
-    def unreadable(self) -> str | None:
-        """Why spans were read but no prompt was, naming the missing attributes; else None."""
-        if self.total.spans == 0 or self.total.prompts > 0 or self.mode == "off":
-            return None  # in mode off the guard reads nothing by design
-        seen = self.genai_coverage
-        if seen.prompts and not seen.tool_calls:
-            return (
-                f"{seen.prompts} invoke_agent span(s) but no tool-call span below them: "
-                f"missing {attr.OPERATION_NAME}={attr.EXECUTE_TOOL} "
-                f"(or {attr.TOOL_NAME} with {attr.TOOL_CALL_ID})"
-            )
-        if seen.orphan_tool_calls:
-            return (
-                f"{seen.orphan_tool_calls} {attr.EXECUTE_TOOL} span(s) but none below a prompt: "
-                f"missing an ancestor with {attr.OPERATION_NAME}={attr.INVOKE_AGENT}, "
-                f"or a parent batch span with {attr.PROMPT_ID} and {attr.BATCH_ADMITTED}"
-            )
-        return (
-            f"no span carries {attr.OPERATION_NAME}={attr.INVOKE_AGENT}/{attr.EXECUTE_TOOL}, "
-            f"nor {attr.PROMPT_ID} with {attr.BATCH_ADMITTED}"
-        )
-
     @property
     def invariant_violations(self) -> int:
         return sum(self.violations.values())
 
     def to_json(self) -> dict[str, Any]:
-        """The report as one JSON-ready object (SPEC section 7 fields, and more)."""
+        """The report as one JSON-ready object (``docs/contract.md`` section 7 fields, and more),
+        in the canonical form :func:`~otel_guard.report.merge_reports` gives."""
         document: dict[str, Any] = {
             "mode": self.mode,
+            "threshold": self.threshold,
+            "batch_threshold": self.batch_threshold,
             "traces": self.traces,
             "duplicate_spans": self.duplicate_spans,
         }
-        document.update(self.total.to_json())
-        document["profiles"] = dict(self.profiles)
-        document["invariant_violations"] = self.invariant_violations
+        document.update(self.total)
         document["invariants"] = {name: self.violations[name] for name in INVARIANTS}
-        document["diagnostics"] = dict(sorted(self.diagnostics.items()))
-        document["warned_prompts"] = self.warned_sample
-        document["stopped_prompts"] = self.stopped_sample
+        document["diagnostics"] = dict(self.diagnostics)
+        document["bounds"] = dict(self.bounds)
+        document["profiles"] = dict(self.profiles)
+        document["genai_seen"] = dict(self.genai_seen)
+        for name, sample in self.samples.items():
+            document[name] = sample.entries()
         document["groups"] = [
-            {GROUP_KEYS[0]: group[0], GROUP_KEYS[1]: group[1], **tally.to_json()}
-            for group, tally in sorted(self.groups.items(), key=lambda g: _sort_key(g[0]))
+            {
+                GROUP_KEYS[0]: None if group == _OTHER else group[0],
+                GROUP_KEYS[1]: None if group == _OTHER else group[1],
+                **({"other": True} if group == _OTHER else {}),
+                **tally,
+            }
+            for group, tally in self.groups.items()
         ]
-        return document
+        document["by_day"] = {
+            OTHER_DAY if index < 0 else day_of(index * _NANOS_PER_DAY): tally
+            for index, tally in self.days.items()
+        }
+        document["timeline"] = [
+            {
+                "hour": hour_of(index * _NANOS_PER_HOUR),
+                GROUP_KEYS[0]: None if group == _OTHER else group[0],
+                GROUP_KEYS[1]: None if group == _OTHER else group[1],
+                **({"other": True} if group == _OTHER else {}),
+                "decisions": dict(counts),
+            }
+            for (index, group), counts in self.timeline.items()
+        ]
+        if self.sweep is not None:
+            document["sweep"] = self.sweep
+        return merge_reports([document])
 
     def render_text(self) -> str:
-        """The report for people: per group, then totals, then the invariants."""
-        lines: list[str] = []
-        groups = sorted(self.groups.items(), key=lambda g: _sort_key(g[0]))
-        for group, tally in groups:
-            lines.append(
-                f"{GROUP_KEYS[0]}={group[0] or '(unset)'}  {GROUP_KEYS[1]}={group[1] or '(unset)'}"
-            )
-            lines.extend(_tally_lines(tally))
-            lines.append("")
-        duplicates = (
-            f", {self.duplicate_spans} duplicate spans ignored" if self.duplicate_spans else ""
-        )
-        lines.append(f"all ({self.traces} traces{duplicates}, mode {self.mode})")
-        lines.extend(_tally_lines(self.total))
-        lines.append(
-            f"  prompts read from batch spans (acp) {self.profiles['acp']},"
-            f" from GenAI conventions (genai) {self.profiles['genai']}"
-        )
-        for title, sample in (("warned", self.warned_sample), ("stopped", self.stopped_sample)):
-            if sample:
-                shown = ", ".join(_sample_text(entry) for entry in sample[:10])
-                more = f" (+{len(sample) - 10} more)" if len(sample) > 10 else ""
-                lines.append(f"  {title} prompts: {shown}{more}")
-        if self.diagnostics:
-            shown = "  ".join(f"{k} {v}" for k, v in sorted(self.diagnostics.items()))
-            lines.append(f"  guard diagnostics: {shown}")
-        lines.append("")
-        lines.append("invariants (design document; each must be 0)")
-        for name, description in INVARIANTS.items():
-            lines.append(f"  {self.violations[name]:>6}  {description}")
-        lines.append(f"invariant violations: {self.invariant_violations}")
-        return "\n".join(lines)
+        """The report for people (:func:`otel_guard.report.render_text`)."""
+        return render_text(self.to_json())
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _group(self, group: Group) -> Tally:
+    def _group(self, group: Group) -> dict[str, Any]:
         tally = self.groups.get(group)
         if tally is None:
-            tally = self.groups[group] = Tally()
+            tally = self.groups[group] = empty_tally()
         return tally
 
-    def _sample(
-        self,
-        sample: list[dict[str, Any]],
-        evaluation: BatchEvaluation,
-        audit: _PromptAudit,
-        value: str,
+    def _timeline(self, time_ns: int, group: Group, value: str) -> None:
+        key = (time_ns // _NANOS_PER_HOUR, group)
+        counts = self.timeline.get(key)
+        if counts is None:
+            if len(self.timeline) >= TIMELINE_LIMIT:
+                self.bounds["timeline"] += 1
+                return
+            counts = self.timeline[key] = Counter()
+        counts[value] += 1
+
+    def _entry(
+        self, evaluation: BatchEvaluation, audit: _PromptAudit, value: str, time_ns: int
     ) -> dict[str, Any]:
-        entry: dict[str, Any] = {
+        return {
             "prompt_id": evaluation.prompt_id,
             "trace_id": f"{audit.trace_id:032x}",
             "decision": value,
-            GROUP_KEYS[0]: audit.group[0],
-            GROUP_KEYS[1]: audit.group[1],
+            "time_unix_nano": time_ns,
+            GROUP_KEYS[0]: None if audit.group == _OTHER else audit.group[0],
+            GROUP_KEYS[1]: None if audit.group == _OTHER else audit.group[1],
         }
-        if len(sample) < SAMPLE_LIMIT:
-            sample.append(entry)
-        return entry
+
+    def sweep_row(self) -> dict[str, Any]:
+        """This report's totals as one row of a what-if sweep."""
+        total = self.total
+        return {
+            "threshold": self.threshold,
+            "batch_threshold": self.batch_threshold,
+            "prompts": total["prompts"],
+            "prompts_would_warn": total["prompts_would_warn"],
+            "prompts_warned": total["prompts_warned"],
+            "prompts_would_stop": total["prompts_would_stop"],
+            "prompts_stopped": total["prompts_stopped"],
+            "self_recovered_after_would_stop": total["self_recovered_after_would_stop"],
+            "saved": dict(total["saved"]),
+        }
 
 
 def _ineligible(observation: Observation) -> bool:
@@ -443,32 +560,6 @@ def _ineligible(observation: Observation) -> bool:
         return True  # a validation/permission failure, or a post-execution failure
     error_type = observation.execution_error_type
     return execution == "error" and (not error_type or error_type == "unknown")
-
-
-def _sort_key(group: Group) -> tuple[str, str]:
-    return (group[0] or "", group[1] or "")
-
-
-def _counts_text(counts: Mapping[str, int], names: Sequence[str]) -> str:
-    shown = [f"{name} {counts[name]}" for name in names if counts[name]]
-    return "  ".join(shown) if shown else "none"
-
-
-def _tally_lines(tally: Tally) -> list[str]:
-    return [
-        f"  spans {tally.spans}  prompts {tally.prompts}  batches {tally.batches}",
-        f"  decisions: {_counts_text(tally.decisions, DECISION_VALUES)}",
-        f"  reset reasons: {_counts_text(tally.reset_reasons, RESET_REASONS)}",
-        f"  prompts warned {tally.prompts_warned}, stopped {tally.prompts_stopped}"
-        " (would_warn and would_stop included)",
-        f"  tool calls after the stop decision (saved by stopping, estimate): "
-        f"{tally.tool_calls_saved}",
-    ]
-
-
-def _sample_text(entry: Mapping[str, Any]) -> str:
-    after = entry.get("tool_calls_after_stop")
-    return entry["prompt_id"] if after is None else f"{entry['prompt_id']} ({after} calls after)"
 
 
 class TelemetryAudit(LogRecordExporter):
@@ -494,13 +585,20 @@ class GuardPipeline:
 
     ``listener`` also receives every evaluation. With ``host=True`` the pipeline takes the
     guard's action after every batch, like an agent host that applies reminders and stops (the
-    replay's host); the demo takes its actions itself.
+    replay's host); the demo takes its actions itself. ``threshold`` and ``batch_threshold``
+    other than the live constants replay what-if decisions (analysis only).
     """
 
     def __init__(
-        self, mode: str, *, host: bool, listener: Callable[[BatchEvaluation], None] | None = None
+        self,
+        mode: str,
+        *,
+        host: bool,
+        listener: Callable[[BatchEvaluation], None] | None = None,
+        threshold: int = THRESHOLD,
+        batch_threshold: int = BATCH_THRESHOLD,
     ) -> None:
-        self.report = GuardReport(mode)
+        self.report = GuardReport(mode, threshold, batch_threshold)
         self._listener = listener
         self.metric_reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.metric_reader])
@@ -510,12 +608,18 @@ class GuardPipeline:
         )
         self.now_ns = 0  # the replay's clock: span time, read by the guard in seconds
         self._host = host
+        reducer: Callable[[GuardState, GuardInput], Decision] = reduce
+        if (threshold, batch_threshold) != (THRESHOLD, BATCH_THRESHOLD):
+            reducer = functools.partial(
+                reduce_with_thresholds, threshold=threshold, batch_threshold=batch_threshold
+            )
         self.guard = GuardSpanProcessor(
             mode=mode,
             meter_provider=self.meter_provider,
             logger_provider=self.logger_provider,
             listener=self._observe,
             clock=self._clock if host else time.monotonic,
+            reducer=reducer,
         )
 
     def _clock(self) -> float:
@@ -531,7 +635,8 @@ class GuardPipeline:
     def close(self) -> GuardReport:
         """Finish the audit and shut the providers down; returns the report."""
         self.report.diagnostics = self.guard.diagnostics()
-        self.report.genai_coverage = self.guard.genai_coverage()
+        seen = self.guard.genai_coverage()
+        self.report.genai_seen = {name: getattr(seen, name) for name in GENAI_SEEN}
         self.report.audit_metrics(self.metric_reader)
         self.guard.shutdown()
         self.logger_provider.shutdown()
@@ -545,12 +650,55 @@ _Buffered = tuple[ReadableSpan, int | None, int | None, int, int]
 
 
 class _Trace:
-    __slots__ = ("spans", "start")
+    __slots__ = ("duplicates", "spans", "start")
 
     def __init__(self, start: int) -> None:
         # Span ID -> span, in the order read: the replay's tie-break, and the parent look-up.
         self.spans: dict[int, _Buffered] = {}
         self.start = start  # the earliest start time read
+        self.duplicates: list[tuple[Resource, int]] = []  # spans read again: resource, start
+
+    def spans_read(self) -> Iterator[ReadableSpan]:
+        return (buffered[0] for buffered in self.spans.values())
+
+
+def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
+    store = getattr(span, "_attributes", None)
+    if isinstance(store, dict):  # spans read from files hold a plain dictionary
+        return store
+    return span.attributes or {}
+
+
+def _prompt_key(span: ReadableSpan) -> str | None:
+    """The prompt ID a span names for routing: ``acp.prompt.id``, or the conversation ID of an
+    agent invocation without one."""
+    attributes = _attributes_of(span)
+    prompt_id = attributes.get(attr.PROMPT_ID)
+    if isinstance(prompt_id, str):
+        return prompt_id
+    if attributes.get(attr.OPERATION_NAME) == attr.INVOKE_AGENT:
+        conversation = attributes.get(attr.CONVERSATION_ID)
+        if isinstance(conversation, str):
+            return conversation
+    return None
+
+
+def _prompt_of(span: ReadableSpan, by_id: Mapping[int, _Buffered]) -> str | None:
+    """The prompt a model-call span belongs to: the nearest ancestor (or itself) naming one."""
+    current = span
+    for _ in range(64):
+        key = _prompt_key(current)
+        if key is not None:
+            return key
+        if _attributes_of(current).get(attr.OPERATION_NAME) == attr.INVOKE_AGENT:
+            context = current.context
+            return None if context is None else f"{context.span_id:016x}"
+        parent = current.parent
+        found = None if parent is None else by_id.get(parent.span_id)
+        if found is None:
+            return None
+        current = found[0]
+    return None
 
 
 class Replayer:
@@ -558,7 +706,9 @@ class Replayer:
 
     ``add`` takes spans as they are read; ``finish`` replays what is still buffered and returns
     the report. The guard's clock follows the replayed span times, so its prompt TTL means the
-    same as in the live process.
+    same as in the live process. ``threshold``/``batch_threshold`` replay with other constants
+    and ``sweep`` replays, beside it, one guard per threshold given (analysis only). ``shard``
+    ``(index, count)`` replays only the traces whose prompt hashes to ``index``.
     """
 
     def __init__(
@@ -567,49 +717,66 @@ class Replayer:
         *,
         reorder_window: int = DEFAULT_REORDER_WINDOW,
         max_open_traces: int = DEFAULT_MAX_OPEN_TRACES,
+        max_trace_spans: int = DEFAULT_MAX_TRACE_SPANS,
+        threshold: int = THRESHOLD,
+        batch_threshold: int = BATCH_THRESHOLD,
+        sweep: Iterable[int] = (),
+        shard: tuple[int, int] | None = None,
     ) -> None:
-        self.pipeline = GuardPipeline(mode, host=True)
+        if shard is not None and not 0 <= shard[0] < shard[1]:
+            raise ValueError("shard must be (index, count) with 0 <= index < count")
+        self.pipeline = GuardPipeline(
+            mode, host=True, threshold=threshold, batch_threshold=batch_threshold
+        )
         self.report = self.pipeline.report
+        self._sweep = sorted(set(sweep))
+        self._pipelines = [self.pipeline] + [
+            GuardPipeline(mode, host=True, threshold=t, batch_threshold=batch_threshold)
+            for t in self._sweep
+            if t != threshold
+        ]
         self._window = reorder_window
         self._max_open = max_open_traces
+        self._max_spans = max(max_trace_spans, 1)
+        self._shard = shard
         self._traces: dict[int, _Trace] = {}
         self._finished: deque[tuple[int, int]] = deque()
         self._read = 0
+        # Recently replayed traces: whether this replayer owned them, and their span IDs.
+        self._replayed: OrderedDict[int, tuple[bool, set[int]]] = OrderedDict()
+        self._remembered = 0
 
     def add(self, spans: Iterable[ReadableSpan]) -> None:
-        report = self.report
         traces = self._traces
         finished = self._finished
         window = self._window
         read = self._read
-        # Spans are counted per run of one resource: a line's spans usually share it.
-        resource: Resource | None = None
-        run = 0
         try:
             for span in spans:
                 # The fields every ReadableSpan sets, read directly: each property is a call.
-                if span._resource is not resource:
-                    if resource is not None:
-                        report.count_spans(resource, run)
-                    resource, run = span._resource, 0
-                run += 1
                 read += 1
                 context = span._context
                 if context is None:
                     trace_id, span_id = 0, None
                 else:
                     trace_id, span_id = context[0], context[1]
+                key = span_id or 0
                 start = span._start_time or 0
                 trace = traces.get(trace_id)
                 if trace is None:
+                    replayed = self._replayed.get(trace_id)
+                    if replayed is not None and key in replayed[1]:
+                        # Export is at-least-once: a retried request repeats spans already read.
+                        if replayed[0]:
+                            self.report.duplicate_spans += 1
+                            self.report.count_spans(span._resource, 1, start)
+                        continue
                     if len(traces) >= self._max_open:
-                        self._replay(next(iter(traces)))
+                        self._replay(next(iter(traces)), bound="open_traces")
                     trace = traces[trace_id] = _Trace(start)
                 buffered = trace.spans
-                key = span_id or 0
                 if key in buffered:
-                    # Export is at-least-once: a retried request repeats spans already read.
-                    report.duplicate_spans += 1
+                    trace.duplicates.append((span._resource, start))
                     continue
                 if start < trace.start:
                     trace.start = start
@@ -623,10 +790,10 @@ class Replayer:
                 )
                 if parent is None:
                     finished.append((trace_id, read + window))
+                if len(buffered) >= self._max_spans:
+                    self._replay(trace_id, bound="trace_spans")
         finally:
             self._read = read
-            if resource is not None:
-                report.count_spans(resource, run)
         if finished and finished[0][1] <= self._read:
             ready = []
             while finished and finished[0][1] <= self._read:
@@ -639,10 +806,13 @@ class Replayer:
         return len(self._traces)
 
     def finish(self) -> GuardReport:
-        """Replay every buffered trace and close the pipeline; returns the report."""
+        """Replay every buffered trace and close the pipelines; returns the report."""
         self._replay_in_start_order(list(self._traces))
         self._finished.clear()
-        return self.pipeline.close()
+        reports = {p.report.threshold: p.close() for p in self._pipelines}
+        if self._sweep:
+            self.report.sweep = [reports[t].sweep_row() for t in self._sweep]
+        return self.report
 
     def _replay_in_start_order(self, trace_ids: Sequence[int]) -> None:
         # Traces ready together go in the order they started: a prompt whose batches are
@@ -652,21 +822,90 @@ class Replayer:
         for trace_id in sorted(started, key=started.__getitem__):
             self._replay(trace_id)
 
-    def _replay(self, trace_id: int) -> None:
+    def _owns(self, trace_id: int, trace: _Trace) -> bool:
+        if self._shard is None:
+            return True
+        remembered = self._replayed.get(trace_id)
+        if remembered is not None:
+            return remembered[0]  # a later part of a trace goes where its first part went
+        # The first prompt named in read order: the same in every process, found early.
+        named = next((k for k in map(_prompt_key, trace.spans_read()) if k is not None), None)
+        key = trace_id.to_bytes(16, "big") if named is None else named.encode("utf-8", "replace")
+        index, count = self._shard
+        return zlib.crc32(key) % count == index
+
+    def _remember(self, trace_id: int, owner: bool, span_ids: Iterable[int]) -> None:
+        ids = set(span_ids)
+        entry = self._replayed.get(trace_id)
+        if entry is None:
+            self._replayed[trace_id] = (owner, ids)
+        else:
+            entry[1].update(ids)
+            self._replayed.move_to_end(trace_id)
+        self._remembered += len(ids)
+        replayed = self._replayed
+        while (self._remembered > REMEMBERED_SPANS or len(replayed) > REMEMBERED_TRACES) and (
+            replayed
+        ):
+            old_id, (old_owner, old_ids) = replayed.popitem(last=False)
+            self._remembered -= len(old_ids)
+            if old_id == trace_id:
+                # Larger than the memory alone: keep where it went, forget its span IDs.
+                replayed[trace_id] = (old_owner, set())
+                break
+
+    def _replay(self, trace_id: int, bound: str | None = None) -> None:
         trace = self._traces.pop(trace_id, None)
         if trace is None:
-            return  # already replayed (a second root, or the open-trace bound)
-        self.report.traces += 1
-        pipeline = self.pipeline
-        # on_start reads only what a ReadableSpan has: context, parent and attributes.
-        on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
-        on_end = pipeline.guard.on_end
-        for time_ns, is_end, _, _, span in _events(list(trace.spans.values()), trace.spans):
-            pipeline.now_ns = time_ns
-            if is_end:
-                on_end(span)
-            else:
-                on_start(span)
+            return  # already replayed (a second root, or a bound)
+        owner = self._owns(trace_id, trace)
+        self._remember(trace_id, owner, trace.spans)
+        if not owner:
+            return
+        report = self.report
+        if bound is not None:
+            report.bounds[bound] += 1
+        report.traces += 1
+        # Spans are counted per run of one resource and UTC day (of the span's start): a
+        # trace's spans usually share both.
+        resource: Resource | None = None
+        day = -1
+        run = 0
+        for buffered in trace.spans.values():
+            here = buffered[3] // _NANOS_PER_DAY
+            if buffered[0]._resource is not resource or here != day:
+                if resource is not None:
+                    report.count_spans(resource, run, day * _NANOS_PER_DAY)
+                resource, day, run = buffered[0]._resource, here, 0
+            run += 1
+        if resource is not None:
+            report.count_spans(resource, run, day * _NANOS_PER_DAY)
+        for duplicate, start in trace.duplicates:
+            report.duplicate_spans += 1
+            report.count_spans(duplicate, 1, start)
+        by_id = trace.spans
+        events = _events(list(by_id.values()), by_id)
+        model_calls: dict[int, str] = {}
+        for record, *_ in by_id.values():
+            if _attributes_of(record).get(attr.OPERATION_NAME) in attr.MODEL_OPERATIONS:
+                prompt = _prompt_of(record, by_id)
+                if prompt is not None:
+                    model_calls[id(record)] = prompt
+        for pipeline in self._pipelines:
+            # on_start reads only what a ReadableSpan has: context, parent and attributes.
+            on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
+            on_end = pipeline.guard.on_end
+            observe_model_call = pipeline.report.observe_model_call
+            for time_ns, is_end, _, _, span in events:
+                pipeline.now_ns = time_ns
+                if is_end:
+                    on_end(span)
+                    if model_calls:
+                        prompt = model_calls.get(id(span))
+                        if prompt is not None:
+                            observe_model_call(prompt, span)
+                else:
+                    on_start(span)
 
 
 _UNPLACED: Final = (0, -1)  # where a span without a context goes

@@ -1,28 +1,58 @@
-"""The one registry of sensitive attribute keys.
+"""The one registry of what exported telemetry may and may not carry.
 
-The redacting span exporter removes these keys from exported spans, and the collector
-configuration in ``collector-config/`` is tested against this same registry, so the process and
-the collector agree on what must never leave.
+Two policies, one per kind of span, both read from here by the redacting span exporter and, by
+test, by the collector configuration in ``collector-config/``:
+
+* **GenAI spans** (:func:`is_genai_key` is true for one of their attribute keys or event names:
+  the ``gen_ai.`` and ``acp.`` namespaces and those of the agent frameworks in
+  :data:`GENAI_NAMESPACES`) keep only the keys of :data:`GENAI_ALLOWED_KEYS` and
+  :data:`GENAI_ALLOWED_PATTERNS`. A deny-list cannot foresee every framework's content keys; an
+  allow-list of published structural keys does not have to.
+* **Every other span**, and resources, drop the keys of :data:`SENSITIVE_KEYS` and
+  :data:`SENSITIVE_KEY_PATTERNS`, matched case-insensitively (``User.Id`` is ``user.id``).
+
+Keys are compared in lower case for the deny-list and exactly for the allow-list: an upper-cased
+copy of an allowed key (``GEN_AI.TOOL.NAME``) is not the published key and is dropped.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
 
+from otel_guard import attributes as attr
+
 __all__ = [
+    "CLASSIFIED_ERROR_TYPE",
+    "ERROR_TYPE_KEYS",
+    "GENAI_ALLOWED_KEYS",
+    "GENAI_ALLOWED_PATTERNS",
+    "GENAI_MARKER_KEYS",
+    "GENAI_NAMESPACES",
+    "MODEL_OPERATIONS",
+    "PSEUDONYMOUS_KEYS",
     "SENSITIVE_KEYS",
     "SENSITIVE_KEY_PATTERNS",
+    "SENSITIVE_RESOURCE_KEYS",
+    "UNCLASSIFIED_ERROR_TYPE",
+    "AllowedKey",
     "SensitiveKeys",
+    "ValueShape",
+    "allowed_key",
+    "is_genai_key",
     "is_sensitive",
 ]
 
+# -- the deny-list: every span that is not a GenAI span, and resources -----------------------
+
 SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
     {
-        # GenAI content: arguments, results, messages, instructions.
+        # GenAI content: arguments, results, messages, instructions, definitions.
         _gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS,
         _gen_ai.GEN_AI_TOOL_CALL_RESULT,
         _gen_ai.GEN_AI_INPUT_MESSAGES,
@@ -32,10 +62,57 @@ SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
         _gen_ai.GEN_AI_TOOL_DESCRIPTION,
         "gen_ai.prompt",
         "gen_ai.completion",
-        # Tool identity: a tool name can itself carry a path, a server name or user data, and the
-        # guard's promise is that the tool name never leaves the process.
+        "gen_ai.request.messages",
+        "gen_ai.response.messages",
+        # Framework content keys: pydantic-ai/logfire, OpenInference, OpenLLMetry, Langfuse,
+        # Vercel AI, Google ADK, MLflow.
+        "pydantic_ai.all_messages",
+        "final_result",
+        "model_request_parameters",
+        "logfire.msg",
+        "logfire.msg_template",
+        "input.value",
+        "output.value",
+        "llm.prompts",
+        "llm.completions",
+        "llm.input_messages",
+        "llm.output_messages",
+        "llm.invocation_parameters",
+        "llm.tools",
+        "tool.parameters",
+        "tool.description",
+        "tool.result",
+        "tool.output",
+        "traceloop.entity.input",
+        "traceloop.entity.output",
+        "langfuse.observation.input",
+        "langfuse.observation.output",
+        "langfuse.trace.input",
+        "langfuse.trace.output",
+        "ai.prompt",
+        "ai.prompt.messages",
+        "ai.prompt.tools",
+        "ai.response.text",
+        "ai.response.object",
+        "ai.response.toolcalls",
+        "ai.toolcall.args",
+        "ai.toolcall.result",
+        "gcp.vertex.agent.llm_request",
+        "gcp.vertex.agent.llm_response",
+        "gcp.vertex.agent.tool_call_args",
+        "gcp.vertex.agent.tool_response",
+        "mlflow.spaninputs",
+        "mlflow.spanoutputs",
+        "mlflow.traceinputs",
+        "mlflow.traceoutputs",
+        # Tool identity: a tool name can carry a path, a server name or user data, and the guard
+        # promises that it never leaves the process (GenAI spans export a pseudonym instead).
         _gen_ai.GEN_AI_TOOL_NAME,
-        # Error types an agent fills with free text (the guard's key is private to the process).
+        "tool.name",
+        "mcp.tool.name",
+        "ai.toolcall.name",
+        "traceloop.entity.name",
+        # Error types an agent fills with free text (GenAI spans keep classified ones).
         "error.type",
         "acp.tool.execution.error_type",
         # Raw errors.
@@ -52,29 +129,54 @@ SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
         "enduser.pseudo.id",
         "session.user_id",
         "user_id",
+        "gen_ai.user.id",
+        "langfuse.user.id",
         # Paths.
         "file.path",
         "file.directory",
         "file.name",
         "code.filepath",
         "code.file.path",
-        "process.executable.path",
-        "process.command_line",
-        "process.command_args",
-        "url.path",
-        "url.full",
-        "url.query",
         "mcp.resource.uri",
         "file_path",
         "filepath",
         "path",
         "cwd",
+        # HTTP, database, messaging and RPC content: URLs carry tokens in their query strings.
+        "url.path",
+        "url.full",
+        "url.query",
+        "url.original",
+        "http.url",
+        "http.target",
+        "db.statement",
+        "db.query.text",
+        "messaging.message.body",
+        # The process: its command line holds arguments, its executable path a home directory.
+        "process.command",
+        "process.command_line",
+        "process.command_args",
+        "process.executable.path",
+        "process.owner",
+        "process.user.name",
+        "process.real_user.name",
+        "process.saved_user.name",
         # MCP server identity.
         "mcp.server.name",
         "acp.mcp.server.name",
         "mcp_server",
         "mcp_server_name",
-        # Legacy names agents still emit.
+        # Generic and legacy names agents still emit.
+        "content",
+        "input",
+        "output",
+        "command",
+        "arguments",
+        "query",
+        "message",
+        "messages",
+        "body",
+        "text",
         "tool_name",
         "tool_input",
         "tool_output",
@@ -94,40 +196,270 @@ SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
         "response",
     }
 )
-"""Exact attribute keys that are always removed."""
+"""Keys (lower case) that are always removed from a span that is not a GenAI span."""
 
 SENSITIVE_KEY_PATTERNS: Final[tuple[str, ...]] = (
     r"gen_ai\.prompt\..+",
     r"gen_ai\.completion\..+",
     r"gen_ai\.tool\.call\.(arguments|result)\..+",
-    r".*\.(arguments|args)",
+    r"gen_ai\.(input|output)\.messages\..+",
+    r"llm\.(input|output)_messages\..+",
+    r"llm\.(prompts|completions|tools)\..+",
+    r"ai\.prompt\..+",
+    r"ai\.response\..+",
+    r".*\.(input|output|inputs|outputs|content|contents)",
+    r".*\.(prompt|prompts|completion|completions|messages?|body|text)",
+    r".*\.(arguments|args|parameters)",
     r".*\.(stacktrace|stack_trace)",
     r".*\.(file_path|filepath|path)",
     r".*\.user_id",
+    r".*\.user\.(id|name|email)",
     r"mcp\..*server.*",
     r".*\.mcp\.server\..+",
     r".*\.(cwd|working_directory)",
     r".*\.error[._]message",
+    r"(http|rpc|grpc)\.(request|response)\.(header|headers|metadata)\..+",
+    r"db\.query\.parameter\..+",
+    r"messaging\..*\.body",
 )
-"""Regular expressions (full match) naming families of sensitive keys."""
+"""Regular expressions (full match, on the lower-cased key) naming families of sensitive keys."""
+
+SENSITIVE_RESOURCE_KEYS: Final[frozenset[str]] = frozenset(
+    key for key in SENSITIVE_KEYS if key.startswith("process.")
+)
+"""The process detector's keys that the deny-list drops from resources (also matched there)."""
 
 _COMPILED: Final = re.compile("|".join(f"(?:{p})" for p in SENSITIVE_KEY_PATTERNS))
 
 
 def is_sensitive(key: str) -> bool:
-    """True when ``key`` is in :data:`SENSITIVE_KEYS` or fully matches a registry pattern."""
-    return key in SENSITIVE_KEYS or _COMPILED.fullmatch(key) is not None
+    """True when ``key``, lower-cased, is in :data:`SENSITIVE_KEYS` or fully matches a pattern."""
+    lowered = key.lower()
+    return lowered in SENSITIVE_KEYS or _COMPILED.fullmatch(lowered) is not None
 
 
 class SensitiveKeys:
-    """The registry plus a deployment's own additions; a callable key predicate."""
+    """The deny-list plus a deployment's own additions; a callable key predicate.
 
-    __slots__ = ("_keys", "_pattern")
+    The additions are matched as given (``extra_keys`` exactly, ``extra_patterns`` by full match);
+    the registry's own keys case-insensitively.
+    """
+
+    __slots__ = ("_extra", "_keys", "_pattern")
 
     def __init__(self, extra_keys: Iterable[str] = (), extra_patterns: Iterable[str] = ()) -> None:
-        self._keys = SENSITIVE_KEYS | frozenset(extra_keys)
-        patterns = (*SENSITIVE_KEY_PATTERNS, *extra_patterns)
-        self._pattern = re.compile("|".join(f"(?:{p})" for p in patterns))
+        self._keys = SENSITIVE_KEYS
+        self._extra = frozenset(extra_keys)
+        patterns = tuple(extra_patterns)
+        self._pattern = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
     def __call__(self, key: str) -> bool:
-        return key in self._keys or self._pattern.fullmatch(key) is not None
+        return (
+            is_sensitive(key)
+            or key in self._extra
+            or (self._pattern is not None and self._pattern.fullmatch(key) is not None)
+        )
+
+
+# -- which spans are GenAI spans --------------------------------------------------------------
+
+GENAI_NAMESPACES: Final[Mapping[str, str]] = {
+    "gen_ai.": "OpenTelemetry GenAI semantic conventions (also OpenLIT, pydantic-ai)",
+    "acp.": "the guard's own input attributes",
+    "pydantic_ai.": "pydantic-ai",
+    "logfire.": "Logfire, pydantic-ai's native instrumentation",
+    "openinference.": "OpenInference (Arize Phoenix)",
+    "llm.": "OpenInference and OpenLLMetry model-call keys",
+    "input.": "OpenInference span input (input.value, input.mime_type)",
+    "output.": "OpenInference span output",
+    "tool.": "OpenInference tool keys",
+    "traceloop.": "OpenLLMetry (Traceloop)",
+    "langfuse.": "Langfuse",
+    "ai.": "Vercel AI SDK",
+    "gcp.vertex.agent.": "Google Agent Development Kit",
+    "mlflow.": "MLflow tracing",
+    "openlit.": "OpenLIT",
+    "mcp.": "Model Context Protocol",
+}
+"""Key prefixes (lower case) whose presence on a span, its events or its event names makes it a
+GenAI span, with the framework each one comes from."""
+
+GENAI_MARKER_KEYS: Final[tuple[str, ...]] = (
+    _gen_ai.GEN_AI_OPERATION_NAME,
+    _gen_ai.GEN_AI_PROVIDER_NAME,
+    "gen_ai.system",
+    _gen_ai.GEN_AI_TOOL_NAME,
+    _gen_ai.GEN_AI_TOOL_CALL_ID,
+    _gen_ai.GEN_AI_REQUEST_MODEL,
+    attr.PROMPT_ID,
+    attr.BATCH_ADMITTED,
+    attr.TOOL_STATUS,
+    "pydantic_ai.all_messages",
+    "logfire.msg",
+    "openinference.span.kind",
+    "input.value",
+    "llm.request.type",
+    "traceloop.span.kind",
+    "traceloop.entity.name",
+    "langfuse.observation.type",
+    "ai.operationId",
+    "gcp.vertex.agent.invocation_id",
+    "mlflow.spanType",
+)
+"""One key per framework that its GenAI spans always carry. The collector cannot test a key's
+prefix in a condition, so it recognises GenAI spans by these; the process uses the prefixes."""
+
+_NAMESPACE_PREFIXES: Final = tuple(GENAI_NAMESPACES)
+
+
+def is_genai_key(key: str) -> bool:
+    """True when ``key`` (an attribute key or an event name) belongs to a GenAI namespace."""
+    return key.lower().startswith(_NAMESPACE_PREFIXES)
+
+
+# -- the allow-list: GenAI spans ---------------------------------------------------------------
+
+ValueShape = Literal["as_is", "count", "word", "flag"]
+"""How an allowed key's value is checked: ``as_is`` (read by the guard or an opaque ID: kept
+unchanged so replay sees what the guard saw), ``count`` (numbers), ``word`` (a short token of
+letters, digits and ``_.-:/@+``, or a list of them), ``flag`` (booleans)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllowedKey:
+    """One published key a GenAI span keeps, the shape its value must have, and why it is safe."""
+
+    shape: ValueShape
+    why: str
+
+
+_STRUCTURE = "a closed vocabulary or a configuration value, never content"
+_MODEL = "the model the deployment chose, an identifier from the provider's catalogue"
+_TOKENS = "a number of tokens; numbers carry no content"
+_ID = "an opaque identifier generated by the provider, the framework or the host"
+_GUARD = "read by the guard (docs/contract.md section 3); replay needs it as it was"
+
+GENAI_ALLOWED_KEYS: Final[Mapping[str, AllowedKey]] = {
+    # OpenTelemetry GenAI semantic conventions.
+    _gen_ai.GEN_AI_OPERATION_NAME: AllowedKey("word", "closed vocabulary; " + _GUARD),
+    _gen_ai.GEN_AI_PROVIDER_NAME: AllowedKey("word", _STRUCTURE),
+    "gen_ai.system": AllowedKey("word", _STRUCTURE + " (the provider's older key)"),
+    _gen_ai.GEN_AI_REQUEST_MODEL: AllowedKey("word", _MODEL),
+    _gen_ai.GEN_AI_RESPONSE_MODEL: AllowedKey("word", _MODEL),
+    _gen_ai.GEN_AI_RESPONSE_ID: AllowedKey("word", _ID),
+    _gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: AllowedKey("word", _STRUCTURE),
+    _gen_ai.GEN_AI_OUTPUT_TYPE: AllowedKey("word", _STRUCTURE),
+    _gen_ai.GEN_AI_REQUEST_TEMPERATURE: AllowedKey("count", "a sampling setting, a number"),
+    _gen_ai.GEN_AI_REQUEST_TOP_P: AllowedKey("count", "a sampling setting, a number"),
+    _gen_ai.GEN_AI_REQUEST_TOP_K: AllowedKey("count", "a sampling setting, a number"),
+    _gen_ai.GEN_AI_REQUEST_MAX_TOKENS: AllowedKey("count", _TOKENS),
+    _gen_ai.GEN_AI_REQUEST_SEED: AllowedKey("count", "a sampling setting, a number"),
+    _gen_ai.GEN_AI_REQUEST_CHOICE_COUNT: AllowedKey("count", "a count"),
+    _gen_ai.GEN_AI_REQUEST_FREQUENCY_PENALTY: AllowedKey("count", "a sampling setting, a number"),
+    _gen_ai.GEN_AI_REQUEST_PRESENCE_PENALTY: AllowedKey("count", "a sampling setting, a number"),
+    _gen_ai.GEN_AI_TOOL_CALL_ID: AllowedKey("as_is", _ID + "; " + _GUARD),
+    _gen_ai.GEN_AI_TOOL_TYPE: AllowedKey("word", _STRUCTURE),
+    _gen_ai.GEN_AI_CONVERSATION_ID: AllowedKey("as_is", _ID + "; the prompt ID of GenAI traces"),
+    _gen_ai.GEN_AI_AGENT_ID: AllowedKey("word", _ID),
+    _gen_ai.GEN_AI_AGENT_NAME: AllowedKey("word", "the agent's configured name, " + _STRUCTURE),
+    "gen_ai.agent.call.id": AllowedKey("word", _ID + " (pydantic-ai's run ID)"),
+    _gen_ai.GEN_AI_DATA_SOURCE_ID: AllowedKey("word", _ID),
+    _gen_ai.GEN_AI_TOKEN_TYPE: AllowedKey("word", _STRUCTURE),
+    "gen_ai.embeddings.dimension.count": AllowedKey("count", "a count"),
+    # Where the model call went: infrastructure, as on any client span.
+    "server.address": AllowedKey("word", "the model endpoint's host, infrastructure"),
+    "server.port": AllowedKey("count", "the model endpoint's port"),
+    # MCP structure (the server name is pseudonymous, see PSEUDONYMOUS_KEYS).
+    "mcp.method.name": AllowedKey("word", _STRUCTURE + " (tools/call, ...)"),
+    "mcp.protocol.version": AllowedKey("word", _STRUCTURE),
+    "mcp.session.id": AllowedKey("word", _ID),
+    # Framework span kinds and model identifiers.
+    "openinference.span.kind": AllowedKey("word", _STRUCTURE + " (LLM, TOOL, AGENT, ...)"),
+    "llm.model_name": AllowedKey("word", _MODEL),
+    "llm.provider": AllowedKey("word", _STRUCTURE),
+    "llm.system": AllowedKey("word", _STRUCTURE),
+    "llm.request.type": AllowedKey("word", _STRUCTURE + " (chat, completion)"),
+    "traceloop.span.kind": AllowedKey("word", _STRUCTURE + " (workflow, task, agent, tool)"),
+    "langfuse.observation.type": AllowedKey("word", _STRUCTURE + " (span, generation, event)"),
+    "ai.operationId": AllowedKey("word", _STRUCTURE + " (ai.generateText, ...)"),
+    "ai.model.id": AllowedKey("word", _MODEL),
+    "ai.model.provider": AllowedKey("word", _STRUCTURE),
+    "ai.toolCall.id": AllowedKey("word", _ID),
+    "ai.response.finishReason": AllowedKey("word", _STRUCTURE),
+    "gcp.vertex.agent.invocation_id": AllowedKey("word", _ID),
+    "gcp.vertex.agent.event_id": AllowedKey("word", _ID),
+    "mlflow.spanType": AllowedKey("word", _STRUCTURE + " (LLM, TOOL, AGENT, ...)"),
+    "logfire.span_type": AllowedKey("word", _STRUCTURE + " (span, log)"),
+    "logfire.level_num": AllowedKey("count", "a severity number"),
+    # The guard's own input attributes.
+    attr.PROMPT_ID: AllowedKey("as_is", "the host's prompt ID; " + _GUARD),
+    attr.PROMPT_ROUTE: AllowedKey("as_is", "closed vocabulary; " + _GUARD),
+    attr.PROMPT_CHANNEL: AllowedKey("as_is", "a flag; " + _GUARD),
+    attr.BATCH_ADMITTED: AllowedKey("as_is", "a count; " + _GUARD),
+    attr.INPUT_EXTERNAL: AllowedKey("as_is", "a flag; " + _GUARD),
+    attr.INPUT_QUEUED_PROMPT: AllowedKey("as_is", "a flag; " + _GUARD),
+    attr.INPUT_RELIABLE: AllowedKey("as_is", "a flag; " + _GUARD),
+    attr.TOOL_TYPE: AllowedKey("as_is", "closed vocabulary; " + _GUARD),
+    attr.TOOL_STATUS: AllowedKey("as_is", "closed vocabulary; " + _GUARD),
+    attr.TOOL_EXECUTION_STATUS: AllowedKey("as_is", "closed vocabulary; " + _GUARD),
+    attr.TOOL_PROVIDER_DUPLICATE: AllowedKey("as_is", "a flag; " + _GUARD),
+    # Span events: an exception keeps what it was, never what it said.
+    "exception.type": AllowedKey("word", "the exception's class name, never its message"),
+    "exception.escaped": AllowedKey("as_is", "a flag"),
+}
+"""Exact keys a GenAI span (and its events and links) keeps, with why each one is safe.
+
+Everything else on a GenAI span is dropped. Three keys are not dropped but rewritten, because
+replaying redacted traces needs them (:data:`PSEUDONYMOUS_KEYS`, :data:`ERROR_TYPE_KEYS`)."""
+
+GENAI_ALLOWED_PATTERNS: Final[Mapping[str, AllowedKey]] = {
+    r"gen_ai\.usage\.[a-z0-9_.]+": AllowedKey("count", _TOKENS),
+    r"gen_ai\.aggregated_usage\.[a-z0-9_.]+": AllowedKey("count", _TOKENS + " (pydantic-ai)"),
+    r"llm\.token_count\.[a-z0-9_.]+": AllowedKey("count", _TOKENS + " (OpenInference)"),
+    r"llm\.usage\.[a-z0-9_.]+": AllowedKey("count", _TOKENS + " (OpenLLMetry)"),
+    r"ai\.usage\.[a-zA-Z0-9_.]+": AllowedKey("count", _TOKENS + " (Vercel AI)"),
+}
+"""Families of allowed keys (full match, exact case): token counts under each framework's name.
+Their values must be numbers, so content put under such a key is still dropped."""
+
+PSEUDONYMOUS_KEYS: Final[Mapping[str, str]] = {attr.TOOL_NAME: "tool_", "mcp.server.name": "mcp_"}
+"""Keys whose string value a GenAI span exports as a keyed pseudonym (``otel_guard.pseudonym``),
+with the pseudonym's prefix:
+equal names stay equal and different names stay different, so the guard's decisions (which only
+compare tool names) replay unchanged, and an MCP tool stays recognisable as one."""
+
+CLASSIFIED_ERROR_TYPE: Final = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+"""A classified error type (the reducer's pattern, docs/contract.md section 2)."""
+
+UNCLASSIFIED_ERROR_TYPE: Final = "_OTHER"
+"""What a free-text ``error.type`` becomes: the GenAI conventions' own fallback value. It is not a
+classified type, so a replay still sees an error of unknown type, never a success."""
+
+ERROR_TYPE_KEYS: Final[Mapping[str, Literal["exact", "lower"]]] = {
+    attr.TOOL_EXECUTION_ERROR_TYPE: "exact",
+    "error.type": "lower",
+}
+"""Error-type keys a GenAI span keeps when their value is classified: the execution error type as
+the reducer reads it (exactly), ``error.type`` as the GenAI profile reads it (lower-cased, and
+exported lower-cased, so the exported value itself matches :data:`CLASSIFIED_ERROR_TYPE`).
+Unclassified values are dropped (execution error type) or become :data:`UNCLASSIFIED_ERROR_TYPE`
+(``error.type``, whose presence alone marks an error)."""
+
+_ALLOWED_PATTERN: Final = re.compile("|".join(f"(?:{p})" for p in GENAI_ALLOWED_PATTERNS))
+_PATTERN_RULES: Final = tuple(
+    (re.compile(pattern), rule) for pattern, rule in GENAI_ALLOWED_PATTERNS.items()
+)
+
+MODEL_OPERATIONS: Final[frozenset[str]] = frozenset(
+    {"chat", "text_completion", "generate_content", "embeddings"}
+)
+"""Operations that call a model: their exported span name is the operation and the model."""
+
+
+@functools.lru_cache(maxsize=4096)
+def allowed_key(key: str) -> AllowedKey | None:
+    """The allow-list entry for ``key`` on a GenAI span, or None when the key is dropped."""
+    rule = GENAI_ALLOWED_KEYS.get(key)
+    if rule is not None or _ALLOWED_PATTERN.fullmatch(key) is None:
+        return rule
+    return next(rule for pattern, rule in _PATTERN_RULES if pattern.fullmatch(key))

@@ -169,6 +169,7 @@ def install_guard(
     extra_keys: Iterable[str] = (),
     extra_patterns: Iterable[str] = (),
     allow_keys: Iterable[str] | None = None,
+    pseudonym_key: bytes | str | None = None,
     set_global: bool = True,
     span_processors: Iterable[SpanProcessor] = (),
     metric_readers: Iterable[MetricReader] = (),
@@ -180,7 +181,7 @@ def install_guard(
       when omitted), then ``span_processors``, then the export path the guard owns: one
       ``BatchSpanProcessor`` per exporter named by ``OTEL_TRACES_EXPORTER`` (``otlp`` when unset,
       ``console``, ``none``), each behind a :class:`RedactingSpanExporter` (``extra_keys``,
-      ``extra_patterns``, ``allow_keys`` as for it).
+      ``extra_patterns``, ``allow_keys``, ``pseudonym_key`` as for it).
     * Guard metrics go through a ``PeriodicExportingMetricReader`` (interval from
       ``OTEL_METRIC_EXPORT_INTERVAL``) per exporter of ``OTEL_METRICS_EXPORTER``, and through
       ``metric_readers`` (a Prometheus reader, say); guard logs through a
@@ -272,6 +273,7 @@ def install_guard(
                 extra_keys=extra_keys,
                 extra_patterns=extra_patterns,
                 allow_keys=allow_keys,
+                pseudonym_key=pseudonym_key,
             )
             span_exporter = span_exporter or redacting
             owned.append(BatchSpanProcessor(redacting))

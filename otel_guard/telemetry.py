@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Final, Literal, NamedTuple, get_args
@@ -29,14 +30,19 @@ from otel_guard.version import __version__
 __all__ = [
     "BATCH_COUNT_BUCKETS",
     "DECISIONS_METRIC",
+    "DECISION_ATTRIBUTE_VALUES",
     "DECISION_VALUES",
     "DIAGNOSTICS",
     "DIAGNOSTICS_METRIC",
     "DIAGNOSTIC_EVENT",
+    "EXECUTION_STATUSES",
     "FAILURE_COUNT_BUCKETS",
     "LOOP_EVENT",
     "LOOP_TYPE",
     "METRIC_ATTRIBUTE_VALUES",
+    "OBSERVATIONS_METRIC",
+    "OBSERVATION_ATTRIBUTE_VALUES",
+    "OBSERVATION_TOOL_TYPES",
     "ROUTE",
     "SCOPE_NAME",
     "TRANSITION_EVENT",
@@ -54,6 +60,7 @@ _logger = logging.getLogger(__name__)
 SCOPE_NAME: Final = "otel_guard"
 DECISIONS_METRIC: Final = "acp.repeated_tool_failure_guard.decisions"
 DIAGNOSTICS_METRIC: Final = "acp.repeated_tool_failure_guard.diagnostics"
+OBSERVATIONS_METRIC: Final = "acp.repeated_tool_failure_guard.observations"
 TRANSITION_EVENT: Final = "acp.repeated_tool_failure_guard.transition"
 DIAGNOSTIC_EVENT: Final = "acp.repeated_tool_failure_guard.diagnostic"
 LOOP_EVENT: Final = "acp.loop_detected"
@@ -70,12 +77,16 @@ Diagnostic = Literal[
     "expired",
     "internal_error",
     "telemetry_error",
+    "contract_violation",
+    "prompt_collision",
 ]
 
 DECISION_VALUES: Final[tuple[DecisionValue, ...]] = get_args(DecisionValue)
 DIAGNOSTICS: Final[tuple[Diagnostic, ...]] = get_args(Diagnostic)
 FAILURE_COUNT_BUCKETS: Final = ("0", "1-2", "3-4", "5-7", "8+")
 BATCH_COUNT_BUCKETS: Final = ("0", "1", "2", "3+")
+EXECUTION_STATUSES: Final = ("success", "error", "cancelled", "not_started", "unknown")
+OBSERVATION_TOOL_TYPES: Final = ("native", "mcp", "other")
 
 _DECISION_VALUE: Final[dict[DecisionKind, DecisionValue]] = {
     "reset": "reset",
@@ -86,7 +97,7 @@ _DECISION_VALUE: Final[dict[DecisionKind, DecisionValue]] = {
     "stop": "stopped",
 }
 
-METRIC_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
+DECISION_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "route": frozenset({ROUTE}),
     "mode": frozenset({"shadow", "warn", "enforce"}),
     "phase_before": frozenset({"idle", "tracking", "warned", "latched"}),
@@ -98,11 +109,28 @@ METRIC_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "terminal_status": frozenset({"error"}),
     "execution_status": frozenset({"error"}),
     "tool_type": frozenset({"native", "mcp"}),
+}
+"""The decisions counter's attribute keys, with their closed sets of values."""
+
+OBSERVATION_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
+    "execution_status": frozenset(EXECUTION_STATUSES),
+    "tool_type": frozenset(OBSERVATION_TOOL_TYPES),
+}
+"""The observations counter's attribute keys, with their closed sets of values."""
+
+METRIC_ATTRIBUTE_VALUES: Final[Mapping[str, frozenset[str]]] = {
+    **DECISION_ATTRIBUTE_VALUES,
+    "execution_status": DECISION_ATTRIBUTE_VALUES["execution_status"]
+    | OBSERVATION_ATTRIBUTE_VALUES["execution_status"],
+    "tool_type": DECISION_ATTRIBUTE_VALUES["tool_type"] | OBSERVATION_ATTRIBUTE_VALUES["tool_type"],
     "diagnostic": frozenset(DIAGNOSTICS),
 }
-"""Every metric attribute key the guard can emit, with its closed set of values."""
+"""Every metric attribute key the guard can emit, over all its counters, with its closed set of
+values (per counter: :data:`DECISION_ATTRIBUTE_VALUES`, :data:`OBSERVATION_ATTRIBUTE_VALUES`,
+and ``diagnostic`` from :data:`DIAGNOSTICS`)."""
 
 _TOOL_TYPES: Final = frozenset({"native", "mcp"})
+_KNOWN_EXECUTION_STATUSES: Final = frozenset(EXECUTION_STATUSES)
 
 
 def decision_value(kind: DecisionKind) -> DecisionValue | None:
@@ -149,6 +177,8 @@ class Transition(NamedTuple):
     tool_type: str | None
     execution_error_type: str | None
     span_context: SpanContext | None
+    # When the transition happened: the end time of its batch span (ns since the epoch).
+    timestamp: int | None = None
 
     def metric_attributes(self) -> dict[str, str]:
         attributes = {
@@ -180,12 +210,14 @@ class _Counts:
     small. Guards sharing a provider share the table, as they would share a counter.
     """
 
-    __slots__ = ("decisions", "diagnostics", "lock")
+    __slots__ = ("decisions", "diagnostics", "lock", "observations")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.decisions: dict[tuple[tuple[str, str], ...], int] = {}
         self.diagnostics: dict[str, int] = {}
+        # (execution_status, tool_type) -> observations
+        self.observations: dict[tuple[str, str], int] = {}
 
     def observe_decisions(self, options: CallbackOptions) -> list[MetricObservation]:
         with self.lock:
@@ -196,6 +228,14 @@ class _Counts:
         with self.lock:
             counts = list(self.diagnostics.items())
         return [MetricObservation(value, {"diagnostic": name}) for name, value in counts]
+
+    def observe_observations(self, options: CallbackOptions) -> list[MetricObservation]:
+        with self.lock:
+            counts = list(self.observations.items())
+        return [
+            MetricObservation(value, {"execution_status": status, "tool_type": tool_type})
+            for (status, tool_type), value in counts
+        ]
 
 
 _SHARED_COUNTS: weakref.WeakKeyDictionary[MeterProvider, _Counts] = weakref.WeakKeyDictionary()
@@ -215,6 +255,12 @@ def _register(counts: _Counts, meter_provider: MeterProvider) -> None:
         callbacks=[counts.observe_diagnostics],
         unit="{diagnostic}",
         description="Repeated-tool-failure guard diagnostics.",
+    )
+    meter.create_observable_counter(
+        OBSERVATIONS_METRIC,
+        callbacks=[counts.observe_observations],
+        unit="{call}",
+        description="Tool calls observed in batches the repeated-tool-failure guard evaluated.",
     )
 
 
@@ -278,7 +324,12 @@ class GuardTelemetry:
         log_attributes["candidate_ordinal"] = transition.candidate_ordinal
         if transition.decision != "reset" and transition.execution_error_type is not None:
             log_attributes["execution_error_type"] = transition.execution_error_type
-        ok = self._emit(TRANSITION_EVENT, log_attributes, transition.span_context)
+        ok = self._emit(
+            TRANSITION_EVENT,
+            log_attributes,
+            transition.span_context,
+            timestamp=transition.timestamp,
+        )
         if transition.decision == "stopped":
             loop_attributes: dict[str, str | int] = {
                 "loop_type": LOOP_TYPE,
@@ -286,26 +337,56 @@ class GuardTelemetry:
             }
             ok = (
                 self._emit(
-                    LOOP_EVENT, loop_attributes, transition.span_context, SeverityNumber.WARN
+                    LOOP_EVENT,
+                    loop_attributes,
+                    transition.span_context,
+                    SeverityNumber.WARN,
+                    timestamp=transition.timestamp,
                 )
                 and ok
             )
         return ok
+
+    def observations(self, counts: Mapping[tuple[str | None, str | None], int]) -> bool:
+        """Count the observations of one evaluated batch (the execution SLI's denominator).
+
+        ``counts`` maps each (execution status, tool type) pair as the spans carried them to
+        its number of observations. Each is counted once by ``execution_status`` (a value
+        outside the closed set, or none, is ``unknown``) and ``tool_type`` (``other`` unless
+        ``native`` or ``mcp``). The caller tallies raw pairs, so the closed sets are applied
+        here once per distinct pair rather than once per call.
+        """
+        table_counts = self._counts
+        with table_counts.lock:
+            table = table_counts.observations
+            for (status, tool_type), value in counts.items():
+                key = (
+                    status if status in _KNOWN_EXECUTION_STATUSES else "unknown",
+                    tool_type if tool_type in _TOOL_TYPES else "other",
+                )
+                table[key] = table.get(key, 0) + value
+        return True
 
     def diagnostic(
         self,
         diagnostic: Diagnostic,
         prompt_id: str | None = None,
         span_context: SpanContext | None = None,
+        timestamp: int | None = None,
     ) -> bool:
-        """Count one diagnostic and emit its log record; False if the emission failed."""
+        """Count one diagnostic and emit its log record; False if the emission failed.
+
+        ``timestamp`` is when it happened (ns since the epoch); now when omitted.
+        """
         counts = self._counts
         with counts.lock:
             counts.diagnostics[diagnostic] = counts.diagnostics.get(diagnostic, 0) + 1
         attributes: dict[str, str | int] = {"diagnostic": diagnostic}
         if prompt_id is not None:
             attributes["prompt_id"] = prompt_id
-        return self._emit(DIAGNOSTIC_EVENT, attributes, span_context, SeverityNumber.WARN)
+        return self._emit(
+            DIAGNOSTIC_EVENT, attributes, span_context, SeverityNumber.WARN, timestamp=timestamp
+        )
 
     def _emit(
         self,
@@ -313,16 +394,30 @@ class GuardTelemetry:
         attributes: dict[str, str | int],
         span_context: SpanContext | None,
         severity: SeverityNumber = SeverityNumber.INFO,
+        *,
+        timestamp: int | None = None,
     ) -> bool:
+        """Emit one log record with both of its times set.
+
+        ``timestamp`` is when the event happened: for a transition, the end time of the batch
+        span that settled it, so the record sorts beside its batch in any backend (and a
+        replayed trace keeps its own times) even when emission comes later or from another
+        thread. ``observed_timestamp`` is when the guard emitted the record. Without a
+        ``timestamp`` the two are the same moment: a backend that orders by ``timestamp``
+        would otherwise place the record at 0, the Unix epoch.
+        """
         if self._log is None:
             return True
         try:
+            observed = time.time_ns()
             ctx = (
                 trace.set_span_in_context(NonRecordingSpan(span_context))
                 if span_context is not None
                 else context_api.Context()
             )
             self._log.emit(
+                timestamp=observed if timestamp is None else timestamp,
+                observed_timestamp=observed,
                 context=ctx,
                 severity_number=severity,
                 severity_text=severity.name,

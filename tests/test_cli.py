@@ -136,7 +136,8 @@ def test_demo_reports_what_stopping_would_save_in_shadow(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, out, _ = run(capsys, "demo")
-    assert "stopped prompts: prompt-loop (8 calls after), prompt-old-host (0 calls after)" in out
+    assert "would_stop prompts: prompt-loop (8 calls after), prompt-old-host (0 calls after)" in out
+    assert "  stopped prompts:" not in out
 
 
 # -- replay of the demo's own output ------------------------------------------------------------
@@ -163,11 +164,11 @@ def test_replay_in_enforce_stops_a_loop_recorded_in_shadow(
     _, report, _ = replay_json(capsys, "--mode", "enforce", str(path))
     # The recorded loop went on for two batches of four calls after the stop decision.
     assert report["decisions"]["stopped"] == 1
-    assert report["tool_calls_saved"] == 8
-    assert [p["prompt_id"] for p in report["stopped_prompts"]] == [
-        "prompt-loop",
-        "prompt-old-host",
-    ]
+    assert report["saved"]["tool_calls"] == 8
+    # The old host's prompt was downgraded to would_stop: never listed or counted as stopped.
+    assert [p["prompt_id"] for p in report["stopped_prompts"]] == ["prompt-loop"]
+    assert [p["prompt_id"] for p in report["would_stop_prompts"]] == ["prompt-old-host"]
+    assert (report["prompts_stopped"], report["prompts_would_stop"]) == (1, 1)
 
 
 def test_replay_default_mode_is_shadow(
@@ -291,7 +292,7 @@ def request(span: object = None, **fields: object) -> str:
     [
         ('{"resourceSpans": [', "invalid JSON (Expecting value at column 20)"),
         ("[1, 2]", "request: expected an object"),
-        ('{"resourceMetrics": []}', "not a trace export request (no resourceSpans)"),
+        ('{"resourceMetric": []}', "not a trace export request (no resourceSpans)"),
         ('{"resourceSpans": {}}', "resourceSpans: expected an array"),
         (request("span"), f"{SPANS_PATH}: expected an object"),
         (request(traceId="zz" * 16), f"{SPANS_PATH}.traceId: expected 32 hex digits"),
@@ -388,6 +389,28 @@ def test_a_subprocess_malformed_run_prints_one_line_and_no_traceback(tmp_path: P
     assert "invariant violations: 0" in completed.stdout
 
 
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_standard_input_is_replayed_from_a_pipe_as_the_file_is(
+    name: str, demo_files: dict[str, tuple[Path, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = demo_files["enforce"][0]
+    _, expected, _ = replay_json(capsys, "--mode", "enforce", str(path))
+    with subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE) as cat:
+        command = [sys.executable, "-m", "otel_guard", "replay", "--mode", "enforce"]
+        completed = subprocess.run(
+            [*command, "--format", "json", name],
+            stdin=cat.stdout,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert (completed.returncode, completed.stderr) == (0, "")
+    report = json.loads(completed.stdout)
+    assert report["files"] == [name]
+    report["files"] = expected["files"]
+    assert report == expected
+
+
 # -- report schema ------------------------------------------------------------------------------
 
 
@@ -395,9 +418,21 @@ def test_json_report_schema(
     demo_files: dict[str, tuple[Path, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, report, _ = replay_json(capsys, "--mode", "enforce", str(demo_files["enforce"][0]))
-    counts = {"spans", "traces", "prompts", "batches", "prompts_warned", "prompts_stopped"}
-    assert counts | {"tool_calls_saved", "invariant_violations"} <= set(report)
-    for key in (*counts, "tool_calls_saved", "invariant_violations"):
+    counts = {
+        "spans",
+        "traces",
+        "prompts",
+        "batches",
+        "prompts_would_warn",
+        "prompts_warned",
+        "prompts_would_stop",
+        "prompts_stopped",
+        "self_recovered_after_would_stop",
+        "invariant_violations",
+    }
+    assert counts <= set(report)
+    assert list(report["saved"]) == ["tool_calls", "model_calls", "input_tokens", "output_tokens"]
+    for key in counts:
         assert type(report[key]) is int, key
     assert list(report["decisions"]) == list(DECISION_VALUES)
     assert list(report["reset_reasons"]) == list(RESET_REASONS)
@@ -415,8 +450,9 @@ def test_json_report_schema(
         ("demo", "2.3.1"),
         ("demo", "2.4.0"),
     ]
-    for key in ("spans", "prompts", "batches", "tool_calls_saved"):
+    for key in ("spans", "prompts", "batches", "prompts_stopped"):
         assert sum(g[key] for g in groups) == report[key], key
+    assert sum(g["saved"]["tool_calls"] for g in groups) == report["saved"]["tool_calls"]
     for entry in report["stopped_prompts"]:
         assert set(entry) == {
             "prompt_id",
@@ -424,8 +460,11 @@ def test_json_report_schema(
             "decision",
             "deployment.environment.name",
             "service.version",
+            "time_unix_nano",
             "tool_calls_after_stop",
+            "batches",
         }
+        assert entry["decision"] == "stopped"
         assert re.fullmatch(r"[0-9a-f]{32}", entry["trace_id"])
 
 

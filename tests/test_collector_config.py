@@ -1,12 +1,14 @@
 """The deployable material in ``collector-config/`` agrees with the package it serves.
 
-The collector's key lists are the sensitive-key registry, its listeners are local by default, its
-pipelines are whole, and the Prometheus rules and the Grafana dashboard query the names the
+The collector applies the registry's policy to agent telemetry only (an allow-list on GenAI
+spans, the deny-list on agent services' other telemetry), its listeners are local by default,
+its pipelines are whole, and the Prometheus rules and the Grafana dashboard query the names the
 guard's counters really get, with label values from the guard's closed sets.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -15,10 +17,26 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from yaml_subset import YamlSubsetError, load, loads
 
-from otel_guard.sensitive import SENSITIVE_KEY_PATTERNS, SENSITIVE_KEYS, is_sensitive
+from otel_guard.pseudonym import PSEUDONYM_KEY_ENV
+from otel_guard.sensitive import (
+    CLASSIFIED_ERROR_TYPE,
+    ERROR_TYPE_KEYS,
+    GENAI_ALLOWED_KEYS,
+    GENAI_MARKER_KEYS,
+    MODEL_OPERATIONS,
+    PSEUDONYMOUS_KEYS,
+    SENSITIVE_KEY_PATTERNS,
+    SENSITIVE_KEYS,
+    allowed_key,
+    is_genai_key,
+    is_sensitive,
+)
 from otel_guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC, METRIC_ATTRIBUTE_VALUES
+
+yaml = pytest.importorskip(
+    "yaml", reason="the collector tests read YAML with PyYAML ('test' extra)"
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = ROOT / "collector-config"
@@ -31,22 +49,43 @@ DASHBOARD = CONFIG_DIR / "grafana" / "otel-guard-shadow.json"
 # `{diagnostic}` annotation units add no suffix, and a monotonic counter gains `_total`.
 DECISIONS_SERIES = DECISIONS_METRIC.replace(".", "_") + "_total"
 DIAGNOSTICS_SERIES = DIAGNOSTICS_METRIC.replace(".", "_") + "_total"
-# Resource attributes deployment.environment.name and service.version, as labels.
-RESOURCE_LABELS = frozenset({"deployment_environment_name", "service_version"})
+# Resource attributes deployment.environment.name and service.version, as labels, and the older
+# deployment.environment that queries fall back to.
+RESOURCE_LABELS = frozenset(
+    {"deployment_environment_name", "service_version", "deployment_environment"}
+)
 
-# Where the transform processor deletes sensitive attributes, per signal.
+# Where the deny-list applies to agent services, per signal.
 TRANSFORM_CONTEXTS = {
     "trace_statements": ["resource", "span", "spanevent"],
     "log_statements": ["resource", "log"],
     "metric_statements": ["resource"],
 }
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+AGENT_SERVICE = 'IsMatch({}attributes["service.name"], "${{env:OTELCOL_AGENT_SERVICES:-.*}}")'
 
 _ENV_REFERENCE = re.compile(r"\$\{env:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
-_DELETE_KEY = re.compile(r'^delete_key\(attributes, "(?P<key>[^"\\]*)"\)$')
 _DELETE_MATCHING = re.compile(
     r'^delete_matching_keys\(attributes, "(?P<pattern>(?:[^"\\]|\\.)*)"\)$'
 )
+_KEEP_MATCHING = re.compile(r'^keep_matching_keys\(attributes, "(?P<pattern>(?:[^"\\]|\\.)*)"\)$')
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def deny_regexes() -> tuple[re.Pattern[str], ...]:
+    config = load(OTELCOL)
+    statements = groups(config, "transform/sensitive", "trace_statements")["span"]["statements"]
+    return tuple(re.compile(p) for p in deny_patterns(statements))
+
+
+@functools.cache
+def span_keep_regex() -> re.Pattern[str]:
+    genai = groups(load(OTELCOL), "transform/genai", "trace_statements")
+    return re.compile(keep_pattern(genai["span"]["statements"]))
 
 
 @pytest.fixture(scope="module")
@@ -79,106 +118,126 @@ def ottl_string(body: str) -> str:
     return re.sub(r"\\(.)", r"\1", body)
 
 
-def full_match_patterns() -> list[str]:
-    return [f"^(?:{pattern})$" for pattern in SENSITIVE_KEY_PATTERNS]
-
-
-def exact_key_patterns() -> list[str]:
-    return [f"^{re.escape(key)}$" for key in sorted(SENSITIVE_KEYS)]
-
-
-def read_statements(statements: list[str]) -> tuple[list[str], list[str]]:
-    keys: list[str] = []
-    patterns: list[str] = []
+def deny_patterns(statements: list[str]) -> list[str]:
+    patterns = []
     for statement in statements:
-        if (match := _DELETE_KEY.match(statement)) is not None:
-            keys.append(match["key"])
-        elif (match := _DELETE_MATCHING.match(statement)) is not None:
-            patterns.append(ottl_string(match["pattern"]))
-        else:
-            raise AssertionError(f"unexpected transform statement: {statement}")
-    return keys, patterns
+        match = _DELETE_MATCHING.match(statement)
+        assert match is not None, f"unexpected transform statement: {statement}"
+        patterns.append(ottl_string(match["pattern"]))
+    return patterns
 
 
-# -- the reader itself -----------------------------------------------------------------------
+def keep_pattern(statements: list[str]) -> str:
+    (pattern,) = [
+        ottl_string(m["pattern"]) for s in statements if (m := _KEEP_MATCHING.match(s)) is not None
+    ]
+    assert statements[-1].startswith("keep_matching_keys"), "the allow-list must come last"
+    return pattern
 
 
-def test_reader_reads_anchors_block_scalars_and_flow_sequences() -> None:
-    text = (
-        "a:\n"
-        "  list: &items\n"
-        "    - 'x''y'\n"
-        '    - "q\\\\.r"\n'
-        "  again: *items\n"
-        "  flow: [one, two]  # comment\n"
-        "b: |\n"
-        "  line one\n"
-        "    indented\n"
-        "c:\n"
-        "- k: 1\n"
-        "  f: 0.5\n"
-        "- plain: ${env:X:-localhost:1}\n"
-    )
-    assert loads(text) == {
-        "a": {"list": ["x'y", "q\\.r"], "again": ["x'y", "q\\.r"], "flow": ["one", "two"]},
-        "b": "line one\n  indented\n",
-        "c": [{"k": 1, "f": 0.5}, {"plain": "${env:X:-localhost:1}"}],
-    }
+def genai_condition(prefix: str) -> str:
+    return " or ".join(f'{prefix}attributes["{key}"] != nil' for key in GENAI_MARKER_KEYS)
 
 
-def test_reader_names_file_and_line_of_unsupported_syntax() -> None:
-    with pytest.raises(YamlSubsetError, match=r"^cfg\.yaml:3: unknown alias \*missing$"):
-        loads("a: 1\nb: 2\nc: *missing\n", "cfg.yaml")
-    with pytest.raises(YamlSubsetError, match=r"^cfg\.yaml:2: duplicate key 'a'$"):
-        loads("a: 1\na: 2\n", "cfg.yaml")
+def groups(config: dict[str, Any], processor: str, signal: str) -> dict[str, dict[str, Any]]:
+    found = config["processors"][processor][signal]
+    return {group["context"]: group for group in found}
 
 
-# -- otelcol.yaml ----------------------------------------------------------------------------
+# -- otelcol.yaml: GenAI spans ---------------------------------------------------------------
 
 
-def test_transform_deletes_exactly_the_registry_in_every_context(
+def test_genai_spans_are_recognised_by_the_registry_marker_keys(otelcol: dict[str, Any]) -> None:
+    genai = groups(otelcol, "transform/genai", "trace_statements")
+    assert list(genai) == ["spanevent", "span"]  # events first, while markers are all there
+    assert genai["span"]["conditions"] == [genai_condition("")]
+    assert genai["spanevent"]["conditions"] == [genai_condition("span.")]
+    assert all(is_genai_key(key) for key in GENAI_MARKER_KEYS)
+
+
+def test_genai_spans_keep_exactly_the_allow_list(otelcol: dict[str, Any]) -> None:
+    genai = groups(otelcol, "transform/genai", "trace_statements")
+    span_keep = re.compile(keep_pattern(genai["span"]["statements"]))
+    event_keep = re.compile(keep_pattern(genai["spanevent"]["statements"]))
+    rewritten = set(PSEUDONYMOUS_KEYS) | set(ERROR_TYPE_KEYS)
+    for key in [*GENAI_ALLOWED_KEYS, *rewritten, *SENSITIVE_KEYS, "gen_ai.usage.input_tokens"]:
+        allowed = allowed_key(key) is not None
+        assert (span_keep.search(key) is not None) == (allowed or key in rewritten), key
+        assert (event_keep.search(key) is not None) == allowed, key
+
+
+@given(st.text(alphabet="abcdegilmnoprstuyz_.AIT", max_size=30))
+def test_collector_allow_list_selects_the_keys_the_process_keeps(key: str) -> None:
+    span_keep = span_keep_regex()
+    expected = allowed_key(key) is not None or key in PSEUDONYMOUS_KEYS or key in ERROR_TYPE_KEYS
+    assert (span_keep.search(key) is not None) == expected
+
+
+def test_genai_spans_get_pseudonyms_classified_errors_and_their_operation_name(
     otelcol: dict[str, Any],
 ) -> None:
-    transform = otelcol["processors"]["transform/sensitive"]
+    statements = groups(otelcol, "transform/genai", "trace_statements")["span"]["statements"]
+    text = "\n".join(statements)
+    for key, prefix in PSEUDONYMOUS_KEYS.items():
+        assert f'set(attributes["{key}"], Concat(["{prefix}", Substring(SHA256(' in text
+        assert (
+            f'delete_key(attributes, "{key}") where "${{env:{PSEUDONYM_KEY_ENV}:-}}" == ""' in text
+        )
+    classified = f'"^{CLASSIFIED_ERROR_TYPE.pattern}$"'.replace("\\", "\\\\")
+    for key in ERROR_TYPE_KEYS:
+        assert f'IsMatch(attributes["{key}"], {classified})' in text, key
+    assert 'set(attributes["error.type"], "_OTHER")' in text
+    operations = "|".join(sorted(MODEL_OPERATIONS))
+    assert f'IsMatch(attributes["gen_ai.operation.name"], "^(?:{operations})$")' in text
+    assert 'set(status.message, "")' in statements
+
+
+# -- otelcol.yaml: agent services' other telemetry -------------------------------------------
+
+
+def test_the_deny_list_is_exactly_the_registry_in_every_context(otelcol: dict[str, Any]) -> None:
+    expected = [f"(?i)^{key.replace('.', chr(92) + '.')}$" for key in sorted(SENSITIVE_KEYS)]
+    expected += [f"(?i)^(?:{pattern})$" for pattern in SENSITIVE_KEY_PATTERNS]
     for signal, contexts in TRANSFORM_CONTEXTS.items():
-        groups = transform[signal]
-        assert [group["context"] for group in groups] == contexts
-        for group in groups:
-            keys, patterns = read_statements(group["statements"])
-            assert sorted(keys) == sorted(SENSITIVE_KEYS), (signal, group["context"])
-            assert len(keys) == len(set(keys))
-            assert patterns == full_match_patterns(), (signal, group["context"])
+        found = groups(otelcol, "transform/sensitive", signal)
+        assert list(found) == contexts
+        for context, group in found.items():
+            assert deny_patterns(group["statements"]) == expected, (signal, context)
 
 
-def test_redaction_masks_exactly_the_registry(otelcol: dict[str, Any]) -> None:
-    redaction = otelcol["processors"]["redaction/sensitive"]
-    # Without allow_all_keys the processor would delete every attribute not listed.
-    assert redaction["allow_all_keys"] is True
-    assert redaction["summary"] == "silent"
-    assert redaction["blocked_key_patterns"] == exact_key_patterns() + full_match_patterns()
+def test_the_deny_list_applies_to_agent_services_only_and_never_to_genai_spans(
+    otelcol: dict[str, Any],
+) -> None:
+    for signal in TRANSFORM_CONTEXTS:
+        for context, group in groups(otelcol, "transform/sensitive", signal).items():
+            (condition,) = group["conditions"]
+            prefix = "" if context == "resource" else "resource."
+            assert condition.startswith(AGENT_SERVICE.format(prefix)), (signal, context)
+            if context == "span":
+                assert condition.endswith(f" and not ({genai_condition('')})")
+            if context == "spanevent":
+                assert condition.endswith(f" and not ({genai_condition('span.')})")
 
 
 @given(
     key=st.one_of(
         st.sampled_from(sorted(SENSITIVE_KEYS)),
         st.builds(
-            lambda key, prefix, suffix: prefix + key + suffix,
+            lambda key, prefix, suffix, upper: (
+                (prefix + key + suffix).upper() if upper else prefix + key + suffix
+            ),
             st.sampled_from(sorted(SENSITIVE_KEYS)),
             st.sampled_from(["", "x", "x.", "."]),
-            st.sampled_from(["", "s", ".x", "_", ".args", ".path"]),
+            st.sampled_from(["", "s", ".x", "_", ".args", ".path", "-1"]),
+            st.booleans(),
         ),
-        st.text(alphabet="abcdefgimnoprstuy_.", max_size=30),
+        st.text(alphabet="abcdefgimnoprstuyAPU_.-", max_size=30),
     )
 )
-def test_collector_patterns_select_the_keys_the_process_removes(key: str) -> None:
+def test_collector_deny_list_selects_the_keys_the_process_removes(key: str) -> None:
     # The collector searches its patterns anywhere in a key (Go regexp MatchString); anchored,
-    # they must select exactly the keys the in-process registry removes.
-    config = load(OTELCOL)
-    blocked = config["processors"]["redaction/sensitive"]["blocked_key_patterns"]
-    statements = config["processors"]["transform/sensitive"]["trace_statements"][1]["statements"]
-    keys, patterns = read_statements(statements)
-    assert any(re.search(p, key) for p in blocked) == is_sensitive(key)
-    assert (key in keys or any(re.search(p, key) for p in patterns)) == is_sensitive(key)
+    # they must select exactly the keys the in-process registry removes, in any letter case.
+    assert any(p.search(key) for p in deny_regexes()) == is_sensitive(key)
 
 
 def test_listeners_bind_to_localhost_by_default(otelcol: dict[str, Any]) -> None:
@@ -237,9 +296,13 @@ def test_pipelines_exist_and_reference_defined_components(otelcol: dict[str, Any
         assert processors[0] == "memory_limiter", name
         assert processors[-1] == "batch", name
         assert "transform/sensitive" in processors, name
-    for name in ("traces", "logs"):
-        processors = pipelines[name]["processors"]
-        assert processors.index("transform/sensitive") < processors.index("redaction/sensitive")
+    # GenAI spans get the allow-list first; the deny-list skips them, so it must come after.
+    assert pipelines["traces"]["processors"] == [
+        "memory_limiter",
+        "transform/genai",
+        "transform/sensitive",
+        "batch",
+    ]
     for extension in service["extensions"]:
         assert extension in otelcol["extensions"]
     used = {
@@ -328,16 +391,29 @@ def test_queries_use_only_labels_and_values_the_guard_emits() -> None:
             assert labels <= known_labels, (labels, expression)
 
 
+NEWER_ENVIRONMENT = 'deployment_environment_name=~"$environment"'
+OLDER_ENVIRONMENT = 'deployment_environment_name="", deployment_environment=~"$environment"'
+
+
 def test_dashboard_filters_every_query_by_environment_and_version() -> None:
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
-    assert variables["environment"]["query"] == (
-        f"label_values({DECISIONS_SERIES}, deployment_environment_name)"
+    # Either environment key lists an environment: the newer one, else the older one.
+    environment = variables["environment"]
+    assert environment["query"] == (
+        "query_result(count by (deployment_environment_name) "
+        f'({DECISIONS_SERIES}{{deployment_environment_name!=""}}) '
+        "or label_replace(count by (deployment_environment) "
+        f'({DECISIONS_SERIES}{{deployment_environment_name="", deployment_environment!=""}}), '
+        '"deployment_environment_name", "$1", "deployment_environment", "(.+)"))'
     )
-    assert variables["version"]["query"] == (
-        f'label_values({DECISIONS_SERIES}{{deployment_environment_name=~"$environment"}}, '
-        "service_version)"
+    assert environment["regex"] == '/deployment_environment_name="([^"]+)"/'
+    version = variables["version"]
+    assert version["query"] == (
+        f"query_result(count by (service_version) ({DECISIONS_SERIES}{{{NEWER_ENVIRONMENT}}} "
+        f"or {DECISIONS_SERIES}{{{OLDER_ENVIRONMENT}}}))"
     )
+    assert version["regex"] == '/service_version="([^"]+)"/'
     titles = [panel["title"] for panel in dashboard["panels"]]
     for wanted in (
         "Decisions over time",
@@ -350,5 +426,10 @@ def test_dashboard_filters_every_query_by_environment_and_version() -> None:
     for expression in dashboard_expressions():
         for selector in _SELECTOR.finditer(expression):
             matchers = selector["matchers"]
-            assert 'deployment_environment_name=~"$environment"' in matchers, expression
+            # Each selector filters by one key, and the older key only where the newer is absent.
+            assert matchers.startswith((NEWER_ENVIRONMENT, OLDER_ENVIRONMENT)), expression
             assert 'service_version=~"$version"' in matchers, expression
+            if matchers.startswith(OLDER_ENVIRONMENT):
+                assert selector.group(0).replace(OLDER_ENVIRONMENT, NEWER_ENVIRONMENT) in (
+                    expression
+                ), expression

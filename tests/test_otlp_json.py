@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
+from otel_guard import otlp_json
 from otel_guard.otlp_json import (
     MalformedInput,
     OtlpJsonReader,
@@ -30,6 +31,9 @@ from otel_guard.otlp_json import (
     encode_request,
     parse_request,
 )
+
+_KIND_NAMES = [f"SPAN_KIND_{name}" for name in ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT")]
+_KIND_NAMES += ["SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER"]
 
 RESOURCE = Resource.create({"service.name": "agent", "service.version": "1.2.3"})
 
@@ -122,6 +126,60 @@ def test_the_reference_protobuf_encoding_reads_to_the_same_spans() -> None:
     reference = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
     line = json.dumps(hex_ids(reference))
     assert [summary(s) for s in parse_request(line)] == [summary(s) for s in spans]
+
+
+def test_enum_names_and_base64_ids_of_the_generic_protobuf_json_mapping_are_read() -> None:
+    spans = produce()
+    document = MessageToDict(encode_spans(spans))  # enum names, base64 IDs
+    body = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert body["kind"] == "SPAN_KIND_INTERNAL"
+    assert body["status"] == {"code": "STATUS_CODE_ERROR", "message": "boom"}
+    assert len(body["traceId"]) == 24
+    assert [summary(s) for s in parse_request(json.dumps(document))] == [summary(s) for s in spans]
+
+
+@pytest.mark.parametrize(
+    ("span_fields", "message"),
+    [
+        ({"kind": "SPAN_KIND_NOPE"}, ".kind: unknown name 'SPAN_KIND_NOPE'"),
+        ({"status": {"code": "ERROR"}}, ".status.code: unknown name 'ERROR'"),
+        ({"spanId": "A" * 12}, ".spanId: expected the base64 of 8 bytes"),
+        ({"traceId": "AAAAAAAAAAAAAAAAAAAAAA=="}, ".traceId: an all-zero ID is invalid"),
+    ],
+)
+def test_unknown_enum_names_and_bad_base64_ids_are_described(
+    span_fields: dict[str, Any], message: str
+) -> None:
+    span = {"traceId": "1" * 32, "spanId": "2" * 16, "startTimeUnixNano": "1"}
+    span |= {"endTimeUnixNano": "2", **span_fields}
+    with pytest.raises(ValueError) as error:
+        parse_request(one_span_line(span))
+    assert str(error.value) == "resourceSpans[0].scopeSpans[0].spans[0]" + message
+
+
+def test_lines_of_other_signals_are_skipped_counted_and_later_spans_still_read(
+    tmp_path: Path,
+) -> None:
+    line = json.dumps(encode_request(produce()))
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                '{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":{"stringValue":"x"}}]}]}]}',
+                line,
+                '{"resourceMetrics":[]}',
+                ' { "resourceLogs": [] }',  # not in the Collector's spelling: decoded, then skipped
+                '{"resourceProfiles":[]}',
+                line,
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    reader = OtlpJsonReader([str(path)])
+    assert [(item.line, len(item.spans)) for item in reader] == [(2, 3), (6, 3)]
+    assert reader.skipped == {"logs": 2, "metrics": 1, "profiles": 1}
+    assert reader.skipped_lines == 4
 
 
 def test_exporter_writes_one_line_per_export(tmp_path: Path) -> None:
@@ -281,6 +339,41 @@ def test_any_attribute_round_trips(attributes: dict[str, Any]) -> None:
     assert dict(read.attributes or {}) == dict(span.attributes or {})
 
 
+def _outcome(line: str | bytes) -> Any:
+    try:
+        return [summary(span) for span in parse_request(line)]
+    except ValueError as error:
+        return str(error)
+
+
+_SPAN_PREFIX = '{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"' + "1" * 32 + '",'
+_ODD_LINES = [
+    # Lines the fast decoder declines or reads differently: the standard library decides.
+    _SPAN_PREFIX + '"spanId":"' + "2" * 16 + '","startTimeUnixNano":NaN}]}]}]}',
+    _SPAN_PREFIX + '"spanId":"' + "2" * 16 + '","startTimeUnixNano":' + "9" * 30 + "}]}]}]}",
+    _SPAN_PREFIX + '"spanId":"' + "2" * 16 + '","startTimeUnixNano":1,"endTimeUnixNano":2,'
+    '"attributes":[{"key":"d","value":{"doubleValue":Infinity}}]}]}]}]}',
+    '{"resourceSpans":' + "[" * 2000 + "]" * 2000 + "}",
+    b'{"resourceSpans":[],"x":"\xff"}',
+    '{"resourceSpans":[],"resourceSpans":[]}',
+    '{"resourceSpans":[]} trailing',
+    '{"resourceSpans":[{"scopeSpans":[{"spans":[]}]}]}  \r',
+    '"\ud800"',
+    _SPAN_PREFIX + '"spanId":"' + "2" * 16 + '","startTimeUnixNano":1,"endTimeUnixNano":2,'
+    '"attributes":[{"key":"i","value":{"intValue":' + "9" * 24 + "}}]}]}]}]}",
+]
+
+
+@pytest.mark.skipif(otlp_json._loads_fast is None, reason="the fast extra is not installed")
+@pytest.mark.parametrize("line", _ODD_LINES)
+def test_the_fast_decoder_reads_every_line_as_the_standard_library_does(
+    line: str | bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = _outcome(line)
+    monkeypatch.setattr(otlp_json, "_loads_fast", None)
+    assert fast == _outcome(line)
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: (
@@ -325,6 +418,37 @@ def test_any_corrupted_request_is_read_or_described_never_crashes(
         assert all(isinstance(span, ReadableSpan) for span in spans)
 
 
+_HUGE = st.one_of(  # integers beyond 64 bits, which the fast decoder reads as floats
+    st.integers(min_value=2**63, max_value=2**80),
+    st.integers(min_value=-(2**80), max_value=-(2**63)),
+)
+
+
+@pytest.mark.skipif(otlp_json._loads_fast is None, reason="the fast extra is not installed")
+@settings(max_examples=200)
+@given(data=st.data(), replacement=st.one_of(_JSON, _HUGE, st.lists(_HUGE, max_size=2)))
+def test_the_fast_decoder_reads_any_corrupted_request_as_the_standard_library_does(
+    data: st.DataObject, replacement: Any
+) -> None:
+    document = json.loads(json.dumps(_VALID))
+    path = data.draw(st.sampled_from(_paths(document)))
+    if not path:
+        document = replacement
+    else:
+        target = document
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = replacement
+    line = json.dumps(document)
+    fast = _outcome(line)
+    loads_fast = otlp_json._loads_fast
+    try:
+        otlp_json._loads_fast = None  # type: ignore[misc]
+        assert fast == _outcome(line)
+    finally:
+        otlp_json._loads_fast = loads_fast  # type: ignore[misc]
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -352,9 +476,25 @@ def test_decoded_spans_set_every_field_a_readable_span_sets() -> None:
 
 # -- the fast reader and the full reader agree ---------------------------------------------------
 
-_TRACE_IDS = ("1" * 32, "ab" * 16, "AB" * 16)
-_SPAN_IDS = ("1" * 16, "2" * 16, "cd" * 8, "CD" * 8)
-_BAD_IDS = ("", "0" * 16, "0" * 32, "1" * 15, "1" * 33, "g" * 16, "\uff11" * 16, 1, None, True)
+_TRACE_IDS = (
+    "1" * 32,
+    "ab" * 16,
+    "AB" * 16,
+    base64.b64encode(bytes.fromhex("ab" * 16)).decode(),  # the same ID in base64
+    base64.urlsafe_b64encode(bytes.fromhex("fe" * 16)).decode().rstrip("="),
+)
+_SPAN_IDS = (
+    "1" * 16,
+    "2" * 16,
+    "cd" * 8,
+    "CD" * 8,
+    base64.b64encode(bytes.fromhex("cd" * 8)).decode(),
+    base64.urlsafe_b64encode(bytes.fromhex("ff" * 8)).decode().rstrip("="),
+)
+_BAD_IDS = (
+    *("", "0" * 16, "0" * 32, "1" * 15, "1" * 33, "g" * 16, "\uff11" * 16, 1, None, True),
+    *("AAAAAAAAAAA=", "AAAAAAAAAAAAAAAAAAAAAA==", "A" * 12, "!" * 12, "AAAAAAAAAAA", "\uff21" * 12),
+)
 _VALID_TIMES = st.one_of(
     st.integers(min_value=0, max_value=2**64 - 1),
     st.integers(min_value=0, max_value=2**64 - 1).map(str),
@@ -417,13 +557,19 @@ def _common_span_body(draw: st.DrawFn) -> dict[str, Any]:
         "traceId": draw(st.sampled_from(_TRACE_IDS)),
         "spanId": draw(st.sampled_from(_SPAN_IDS)),
         "name": draw(st.text(max_size=4)),
-        "kind": draw(st.integers(min_value=0, max_value=5)),
+        "kind": draw(
+            st.one_of(st.integers(min_value=0, max_value=5), st.sampled_from(_KIND_NAMES))
+        ),
         "startTimeUnixNano": start,
         "endTimeUnixNano": end,
         "attributes": draw(st.lists(_COMMON_ATTRIBUTE, max_size=4)),
         "status": draw(
             st.sampled_from(
-                [{}, {"code": 0}, {"code": 1}, {"code": 2}, {"code": 2, "message": "m"}]
+                [
+                    *({}, {"code": 0}, {"code": 1}, {"code": 2}, {"code": 2, "message": "m"}),
+                    *({"code": "STATUS_CODE_OK"}, {"code": "STATUS_CODE_ERROR", "message": "m"}),
+                    {"code": "STATUS_CODE_UNSET"},
+                ]
             )
         ),
     }
@@ -443,8 +589,11 @@ _ODD_FIELDS: dict[str, list[Any]] = {
     "flags": [-1, 2**64, True, "1", 1.0, None],
     "startTimeUnixNano": [*_ODD_TIMES, 2**64, 7, 2**64 - 1],
     "endTimeUnixNano": [*_ODD_TIMES, 2**64, 0, "4"],
-    "kind": [-1, 6, True, "1", 1.0, None],
-    "status": [[], None, {"code": 3}, {"code": True}, {"code": "2"}, {"code": 2, "message": 1}],
+    "kind": [-1, 6, True, "1", 1.0, None, "SPAN_KIND_NOPE", "span_kind_server"],
+    "status": [
+        *([], None, {"code": 3}, {"code": True}, {"code": "2"}, {"code": 2, "message": 1}),
+        *({"code": "STATUS_CODE_NOPE"}, {"code": "ERROR"}),
+    ],
     "events": [[], [{}], {}, None],
     "links": [[], {}, "x"],
     "name": [1, None, []],

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_guard import RedactingSpanExporter
+from otel_guard.pseudonym import Pseudonymizer
 from otel_guard.telemetry import LOOP_EVENT, TRANSITION_EVENT
 
 MODES = ("shadow", "warn", "enforce")
@@ -124,12 +125,19 @@ def test_redacted_tool_spans_keep_the_structure_a_backend_needs() -> None:
     ]  # fmt: skip
     assert len(tools) == len(raw_tools) == TOOL_SPANS
     first: ReadableSpan = tools[0]
+    # The process's own pseudonym key: the tool and server are pseudonyms, the free-text error
+    # type is `_OTHER`, the classified execution error type is kept, for replay.
+    pseudonym = Pseudonymizer()
     assert dict(first.attributes or {}) == {
         "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": pseudonym(FIXED.tool),
         "gen_ai.tool.call.id": "call-1",
         "acp.tool.type": "mcp",
         "acp.tool.status": "error",
         "acp.tool.execution.status": "error",
+        "acp.tool.execution.error_type": "exit_nonzero",
+        "error.type": "_OTHER",
+        "mcp.server.name": pseudonym(FIXED.mcp_server, "mcp_"),
     }
     assert [(e.name, dict(e.attributes or {})) for e in first.events] == [
         ("tool.output", {}),
@@ -137,4 +145,6 @@ def test_redacted_tool_spans_keep_the_structure_a_backend_needs() -> None:
     ]
     assert (first.status.status_code, first.status.description) == (StatusCode.ERROR, None)
     second = tools[1]
-    assert [(lk.context, dict(lk.attributes or {})) for lk in second.links] == [(first.context, {})]
+    assert [(lk.context, dict(lk.attributes or {})) for lk in second.links] == [
+        (first.context, {"mcp.server.name": pseudonym(FIXED.mcp_server, "mcp_")})
+    ]

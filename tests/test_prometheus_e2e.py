@@ -479,8 +479,12 @@ def test_diagnostics_reach_prometheus(deployment: Deployment) -> None:
     expression = f"sum by (service_version, diagnostic) ({DIAGNOSTICS_SERIES})"
     seen = by_labels(deployment.api.query(expression), "service_version", "diagnostic")
     print(f"\n{expression}\n  {seen}")
-    assert seen == {("1.2.3", "late_span"): 1.0}
-    assert deployment.shadow.counts(DIAGNOSTICS_METRIC, "diagnostic") == {"late_span": 1}
+    # The contract violation is a diagnostic beside its reset.
+    assert seen == {("1.2.3", "late_span"): 1.0, ("1.2.3", "contract_violation"): 1.0}
+    assert deployment.shadow.counts(DIAGNOSTICS_METRIC, "diagnostic") == {
+        "late_span": 1,
+        "contract_violation": 1,
+    }
 
 
 def test_resource_attributes_are_also_on_target_info(deployment: Deployment) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -21,8 +22,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, set_span_in_context
 
 from otel_guard import RedactingSpanExporter
+from otel_guard.pseudonym import Pseudonymizer
 from otel_guard.redaction import REDACTED_SPAN_NAME
-from otel_guard.sensitive import SENSITIVE_KEYS, is_sensitive
+from otel_guard.sensitive import SENSITIVE_KEYS, is_genai_key, is_sensitive
 
 RESOURCE = Resource.create({"service.name": "agent", "deployment.environment.name": "test"})
 
@@ -78,7 +80,7 @@ class UnreadableSpan(ReadableSpan):
         raise RuntimeError("attributes are gone")
 
 
-def test_sensitive_span_attributes_are_removed_and_the_rest_kept_exactly() -> None:
+def test_a_genai_span_keeps_only_the_allow_list() -> None:
     p = Pipeline()
     with p.tracer.start_as_current_span(
         "chat",
@@ -102,29 +104,47 @@ def test_sensitive_span_attributes_are_removed_and_the_rest_kept_exactly() -> No
         "gen_ai.request.model": "model-x",
         "acp.prompt.id": "prompt-1",
         "gen_ai.usage.input_tokens": 12,
-        "labels": ("a", "b"),
     }
+    assert out.name == "chat model-x"
     assert (raw.attributes or {})["user.id"] == "u-1"  # the SDK's own span is untouched
+
+
+def test_sensitive_attributes_of_other_spans_are_removed_and_the_rest_kept_exactly() -> None:
+    p = Pipeline()
+    with p.tracer.start_as_current_span(
+        "work",
+        attributes={
+            "User.Id": "u-1",
+            "file.path": "/home/u/secret.txt",
+            "http.request.header.authorization": ("Bearer t",),
+            "db.statement": "select 1",
+            "http.response.status_code": 200,
+            "labels": ("a", "b"),
+        },
+    ):
+        pass
+    _, out = p.one()
+    assert dict(out.attributes or {}) == {"http.response.status_code": 200, "labels": ("a", "b")}
 
 
 def test_everything_but_sensitive_data_is_unchanged() -> None:
     p = Pipeline()
-    parent = p.tracer.start_span("invoke_agent")
+    parent = p.tracer.start_span("request")
     linked = p.tracer.start_span("other")
     span = p.tracer.start_span(
-        "chat model-x",
+        "GET /items",
         context=set_span_in_context(parent),
         kind=SpanKind.CLIENT,
         links=[Link(linked.get_span_context(), {"link.kind": "follows"})],
-        attributes={"gen_ai.operation.name": "chat"},
+        attributes={"http.request.method": "GET"},
         start_time=1_000,
     )
-    span.add_event("first_token", {"gen_ai.usage.output_tokens": 1}, timestamp=1_500)
+    span.add_event("first_byte", {"http.response.body.size": 1}, timestamp=1_500)
     span.end(end_time=2_000)
     linked.end()
     parent.end()
-    raw = next(s for s in p.raw.get_finished_spans() if s.name == "chat model-x")
-    out = next(s for s in p.out.get_finished_spans() if s.name == "chat model-x")
+    raw = next(s for s in p.raw.get_finished_spans() if s.name == "GET /items")
+    out = next(s for s in p.out.get_finished_spans() if s.name == "GET /items")
     assert out is not raw
     assert isinstance(out, ReadableSpan)
     assert (out.name, out.context, out.parent, out.kind) == (
@@ -137,7 +157,7 @@ def test_everything_but_sensitive_data_is_unchanged() -> None:
     assert out.resource is raw.resource
     assert out.instrumentation_scope == raw.instrumentation_scope
     assert [(e.name, e.timestamp, dict(e.attributes or {})) for e in out.events] == [
-        ("first_token", 1_500, {"gen_ai.usage.output_tokens": 1})
+        ("first_byte", 1_500, {"http.response.body.size": 1})
     ]
     assert [(link.context, dict(link.attributes or {})) for link in out.links] == [
         (linked.get_span_context(), {"link.kind": "follows"})
@@ -241,7 +261,7 @@ def test_extra_keys_and_patterns_are_removed_too() -> None:
             "customer.account": "acme",
             "internal.ticket": "T-1",
             "internal": "kept",
-            "gen_ai.tool.call.arguments": "{}",
+            "tool_arguments": "{}",
             "service.tier": "gold",
         },
     ):
@@ -419,11 +439,27 @@ _values = st.one_of(
     st.booleans(),
     st.lists(st.text(max_size=5), max_size=3).map(tuple),
 )
+_other_keys = _keys.filter(lambda key: not is_genai_key(key))
+
+
+def _derived(key: str, value: Any, pseudonym: Pseudonymizer) -> Any:
+    """What a removed key still exports for replay: a pseudonym or a classified error type."""
+    prefix = {"gen_ai.tool.name": "tool_", "mcp.server.name": "mcp_"}.get(key)
+    if prefix is not None and isinstance(value, str):
+        return pseudonym(value, prefix) if value.strip() else value
+    if key == "error.type":
+        if not isinstance(value, str):
+            return "_OTHER"
+        lowered = value.lower()
+        return lowered if re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", lowered) else "_OTHER"
+    if key == "acp.tool.execution.error_type" and isinstance(value, str):
+        return value if re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", value) else None
+    return None
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(_keys, _values, max_size=12), st.lists(_keys, max_size=3))
-def test_exported_attributes_are_exactly_the_unremoved_ones(
+@given(st.dictionaries(_other_keys, _values, max_size=12), st.lists(_keys, max_size=3))
+def test_other_spans_export_exactly_the_unremoved_attributes(
     attributes: dict[str, Any], extra: Iterable[str]
 ) -> None:
     out = InMemorySpanExporter()
@@ -443,8 +479,92 @@ def test_allow_list_mode_exports_exactly_the_allowed_keys(
     attributes: dict[str, Any], allowed: frozenset[str]
 ) -> None:
     out = InMemorySpanExporter()
-    RedactingSpanExporter(out, allow_keys=allowed).export(
+    RedactingSpanExporter(out, allow_keys=allowed, pseudonym_key=b"k").export(
         [ReadableSpan("work", attributes=attributes)]
     )
     (span,) = out.get_finished_spans()
-    assert dict(span.attributes or {}) == {k: v for k, v in attributes.items() if k in allowed}
+    pseudonym = Pseudonymizer(b"k")
+    expected = {k: v for k, v in attributes.items() if k in allowed}
+    for key, value in attributes.items():
+        derived = _derived(key, value, pseudonym)
+        if key not in allowed and derived is not None:
+            expected[key] = derived
+    assert dict(span.attributes or {}) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "exported"),
+    [
+        ("error.type", "timeout", "timeout"),
+        ("error.type", "TimeoutError", "timeouterror"),  # read lower-cased by the GenAI profile
+        ("error.type", "Connection reset by peer", "_OTHER"),
+        ("error.type", 7, "_OTHER"),
+        ("acp.tool.execution.error_type", "exit_nonzero", "exit_nonzero"),
+        ("acp.tool.execution.error_type", "Exit_Nonzero", None),  # unclassified to the reducer
+        ("acp.tool.execution.error_type", "no such file /home/u", None),
+    ],
+)
+def test_genai_spans_keep_classified_error_types_only(key: str, value: Any, exported: Any) -> None:
+    p = Pipeline()
+    with p.tracer.start_as_current_span(
+        "execute_tool", attributes={"gen_ai.operation.name": "execute_tool", key: value}
+    ):
+        pass
+    _, out = p.one()
+    assert (out.attributes or {}).get(key) == exported
+
+
+@pytest.mark.parametrize(
+    ("name", "attributes", "exported_name"),
+    [
+        ("execute_tool Run_Shell", {"gen_ai.operation.name": "execute_tool",
+                                    "gen_ai.tool.name": "run_shell"}, "execute_tool"),
+        ("chat gpt-x", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-x"},
+         "chat gpt-x"),
+        ("invoke_agent support bot", {"gen_ai.operation.name": "invoke_agent"}, "invoke_agent"),
+        ("tool_batch", {"acp.prompt.id": "p"}, "tool_batch"),
+        ("running tool: RUN_SHELL", {"gen_ai.tool.name": "run_shell"}, REDACTED_SPAN_NAME),
+        ("run_shell", {"gen_ai.tool.name": "run_shell"}, REDACTED_SPAN_NAME),
+        ("agent run", {"logfire.msg": "agent run"}, REDACTED_SPAN_NAME),
+        ("open NOTES.TXT", {"file.path": "/home/u/notes.txt"}, REDACTED_SPAN_NAME),
+    ],
+)  # fmt: skip
+def test_genai_span_names_become_their_operation(
+    name: str, attributes: dict[str, Any], exported_name: str
+) -> None:
+    p = Pipeline()
+    with p.tracer.start_as_current_span(name, attributes=attributes):
+        pass
+    _, out = p.one()
+    assert out.name == exported_name
+
+
+def test_event_names_of_genai_spans_are_identifiers_holding_no_removed_value() -> None:
+    p = Pipeline()
+    with p.tracer.start_as_current_span(
+        "execute_tool", attributes={"gen_ai.operation.name": "execute_tool",
+                                    "gen_ai.tool.name": "read_notes"}
+    ) as span:  # fmt: skip
+        for name in ("gen_ai.choice", "read_notes", "READ_NOTES done", "retry 2"):
+            span.add_event(name)
+    _, out = p.one()
+    assert [e.name for e in out.events] == ["gen_ai.choice", "redacted", "redacted", "redacted"]
+
+
+def test_sensitive_resource_attributes_are_dropped() -> None:
+    resource = Resource(
+        {
+            "service.name": "agent",
+            "process.executable.path": "/home/alice/venv/bin/python",
+            "process.command_line": "python agent.py --token t",
+            "PROCESS.COMMAND_ARGS": ("python", "agent.py"),
+            "process.owner": "alice",
+            "process.pid": 42,
+        }
+    )
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out)
+    exporter.export([ReadableSpan("a", resource=resource), ReadableSpan("b", resource=resource)])
+    first, second = out.get_finished_spans()
+    assert dict(first.resource.attributes) == {"service.name": "agent", "process.pid": 42}
+    assert second.resource is first.resource  # one redacted copy per resource

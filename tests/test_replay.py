@@ -45,7 +45,7 @@ def replay(spans: list[ReadableSpan], mode: str, **kwargs: Any) -> GuardReport:
 
 
 def decisions(report: GuardReport) -> dict[str, int]:
-    return {k: v for k, v in report.total.decisions.items() if v}
+    return {k: v for k, v in report.total["decisions"].items() if v}
 
 
 _CALLS = st.sampled_from([FAIL, OK, CANCELLED, Call(tool="edit", error_type="conflict")])
@@ -70,7 +70,7 @@ def test_replay_in_any_span_order_matches_the_live_guard(
     report = replay(spans, mode)
     assert decisions(report) == harness.decision_counts()
     assert report.invariant_violations == 0
-    assert report.total.spans == len(spans)
+    assert report.total["spans"] == len(spans)
 
 
 def test_batches_that_are_their_own_traces_replay_in_start_order() -> None:
@@ -141,7 +141,7 @@ def test_a_tool_span_ending_after_its_batch_is_a_late_frame() -> None:
     prompt.end()
     report = replay(list(harness.span_exporter.get_finished_spans()), "shadow")
     assert report.diagnostics == harness.guard.diagnostics() == {"late_span": 1}
-    assert dict(report.total.reset_reasons) == {"incomplete": 1}
+    assert {k: v for k, v in report.total["reset_reasons"].items() if v} == {"incomplete": 1}
     assert report.violations["incomplete_batch_decision"] == 0
 
 
@@ -169,10 +169,11 @@ def test_calls_after_a_stop_decision_are_counted_as_saved() -> None:
     prompts = {"loop": [[FAIL] * 4, [FAIL] * 4, [FAIL] * 4, [FAIL] * 3, [OK] * 2]}
     _, spans = live(prompts, "shadow")
     report = replay(spans, "enforce")
-    assert report.total.tool_calls_saved == 5
-    assert report.stopped_sample[0]["prompt_id"] == "loop"
-    assert report.stopped_sample[0]["tool_calls_after_stop"] == 5
-    assert (report.total.prompts_warned, report.total.prompts_stopped) == (1, 1)
+    assert report.total["saved"]["tool_calls"] == 5
+    [entry] = report.samples["stopped_prompts"].entries()
+    assert (entry["prompt_id"], entry["tool_calls_after_stop"]) == ("loop", 5)
+    assert (report.total["prompts_warned"], report.total["prompts_stopped"]) == (1, 1)
+    assert report.total["prompts_would_stop"] == 0
 
 
 def test_groups_follow_environment_and_version() -> None:
@@ -185,7 +186,7 @@ def test_groups_follow_environment_and_version() -> None:
     report = replay(
         [*parse_request(json.dumps(document)), *parse_request(json.dumps(other))], "shadow"
     )
-    assert {group: tally.spans for group, tally in report.groups.items()} == {
+    assert {group: tally["spans"] for group, tally in report.groups.items()} == {
         (None, "9.9.9"): len(spans),
         ("public", None): len(spans),
     }

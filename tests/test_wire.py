@@ -38,11 +38,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import GuardInstallation, install_guard
+from otel_guard.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
 from otel_guard.telemetry import (
     DECISIONS_METRIC,
     DIAGNOSTIC_EVENT,
     DIAGNOSTICS_METRIC,
     LOOP_EVENT,
+    OBSERVATIONS_METRIC,
     SCOPE_NAME,
     TRANSITION_EVENT,
 )
@@ -130,6 +132,7 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
     for name in list(os.environ):
         if name.startswith(("OTEL_EXPORTER_OTLP_", "OTEL_SERVICE_NAME", "OTEL_RESOURCE")):
             monkeypatch.delenv(name)
+    monkeypatch.delenv(PSEUDONYM_KEY_ENV, raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", server.endpoint)
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", RESOURCE_ATTRIBUTES)
     try:
@@ -226,6 +229,7 @@ def test_received_guard_metrics_carry_exactly_the_spec_names_and_values(
     assert guard_metrics == {
         (SCOPE_NAME, DECISIONS_METRIC, "{decision}"),
         (SCOPE_NAME, DIAGNOSTICS_METRIC, "{diagnostic}"),
+        (SCOPE_NAME, OBSERVATIONS_METRIC, "{call}"),
     }
     expected = [
         _t("enforce", "idle", "tracking", "tracked", "3-4", "1"),
@@ -248,6 +252,12 @@ def test_received_guard_metrics_carry_exactly_the_spec_names_and_values(
         expected, key=lambda item: sorted(item[0].items())
     )
     assert _series(requests, DIAGNOSTICS_METRIC) == [({"diagnostic": "late_span"}, 1)]
+    # Every settled call of an evaluated batch: 3x4 looping, 1 free-text, 2 failing and 1
+    # succeeding on recovery, 2 + 1 on the late prompt (its late frame is not an observation).
+    assert _series(requests, OBSERVATIONS_METRIC) == [
+        ({"execution_status": "error", "tool_type": "mcp"}, 18),
+        ({"execution_status": "success", "tool_type": "mcp"}, 1),
+    ]
 
 
 def test_received_guard_logs_carry_exactly_the_spec_names_and_values(
@@ -363,12 +373,17 @@ def test_received_spans_are_redacted_copies_with_the_resource_from_the_environme
     ]
     tools = [s for s in spans if s.name == "execute_tool"]
     assert len(tools) == TOOL_SPANS
+    pseudonym = Pseudonymizer()  # install_guard's exporter uses the process's own key
     assert _attributes(tools[0].attributes) == {
         "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": pseudonym(FIXED.tool),
         "gen_ai.tool.call.id": "call-1",
         "acp.tool.type": "mcp",
         "acp.tool.status": "error",
         "acp.tool.execution.status": "error",
+        "acp.tool.execution.error_type": "exit_nonzero",
+        "error.type": "_OTHER",
+        "mcp.server.name": pseudonym(FIXED.mcp_server, "mcp_"),
     }
     assert tools[0].status.message == ""
     assert [_deployment(r) for r in _resources(receiver.traces(), "resource_spans")] == [DEPLOYMENT]

@@ -1,0 +1,460 @@
+"""The replay report as a document: merged from shards, and rendered for people.
+
+A report is one JSON-ready object (:meth:`otel_guard.replay.GuardReport.to_json` builds it).
+Every count in it is a sum over prompts, and a prompt is replayed whole by one process, so the
+reports of shards that split the prompts between them add up to the report of one process:
+:func:`merge_reports` adds them. Merging is associative and a single report merges to itself;
+samples keep the earliest entries by time, so they merge exactly too. The one exception is a
+report bound: groups beyond :data:`GROUP_LIMIT` are counted under one ``other`` group, and which
+groups keep their name can then depend on how the input was split (totals stay exact).
+
+:func:`render_text` prints a report for a terminal: every value that came from the input
+(prompt IDs, resource values) is escaped, so the input can neither forge a report line nor send
+terminal control sequences.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
+    DEPLOYMENT_ENVIRONMENT_NAME,
+)
+from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
+
+from otel_guard.reducer import BATCH_THRESHOLD, RESET_REASONS, THRESHOLD
+from otel_guard.telemetry import DECISION_VALUES
+
+__all__ = [
+    "BOUNDS",
+    "DAY_LIMIT",
+    "GENAI_SEEN",
+    "GROUP_KEYS",
+    "GROUP_LIMIT",
+    "INVARIANTS",
+    "OTHER_DAY",
+    "SAMPLES",
+    "SAMPLE_LIMIT",
+    "SAVED_KEYS",
+    "TIMELINE_LIMIT",
+    "ReportMismatch",
+    "day_of",
+    "empty_tally",
+    "hour_of",
+    "merge_reports",
+    "printable",
+    "render_text",
+    "unreadable",
+]
+
+GROUP_KEYS: Final = (DEPLOYMENT_ENVIRONMENT_NAME, SERVICE_VERSION)
+"""Resource attributes the report groups by: rollouts compare environments and versions."""
+
+GROUP_LIMIT: Final = 1000
+"""Environment/version groups reported by name; the rest are counted under one ``other`` group."""
+
+DAY_LIMIT: Final = 3660
+"""Days reported; spans and batches of later-seen days are counted under :data:`OTHER_DAY`."""
+
+OTHER_DAY: Final = "other"
+
+GENAI_SEEN: Final = ("prompts", "model_calls", "tool_calls", "orphan_tool_calls")
+"""Keys of the report's ``genai_seen``: what the GenAI-conventions profile saw."""
+
+TIMELINE_LIMIT: Final = 20_000
+"""Hour-and-group buckets of the decision timeline (the HTML report's first plot)."""
+
+SAMPLE_LIMIT: Final = 100
+"""Prompt IDs listed per sample (warned, would_stop, stopped), the earliest first."""
+
+HISTORY_LIMIT: Final = 32
+"""Batches kept in a stop sample's timeline."""
+
+SAMPLES: Final = ("warned_prompts", "would_stop_prompts", "stopped_prompts")
+
+SAVED_KEYS: Final = ("tool_calls", "model_calls", "input_tokens", "output_tokens")
+
+BOUNDS: Final[Mapping[str, str]] = {
+    "trace_spans": "a trace was replayed in parts: more of its spans buffered than the bound",
+    "open_traces": "a trace was replayed before its root: more traces open than the bound",
+    "report_groups": "a resource was counted under group 'other': more environment/version "
+    "groups than the bound",
+    "report_days": "a batch was counted under day 'other': more days than the bound",
+    "timeline": "a decision was left out of the timeline: more hour buckets than the bound",
+}
+"""Bounds that keep a replay's memory independent of its input, by report key."""
+
+INVARIANTS: Final[Mapping[str, str]] = {
+    "cancelled_counted": "cancelled calls counted as eligible failures",
+    "ineligible_counted": "not_started, unknown or post-execution outcomes counted as failures",
+    "incomplete_batch_decision": "decisions based on incomplete batches",
+    "enforcement_after_unreliable_input": "enforcement after an unreliable input drain",
+    "stop_without_warning": "would_stop/stopped without would_warn/warned (same prompt, candidate)",
+    "sensitive_telemetry": "guard telemetry fields outside the closed sets (sensitive data)",
+}
+"""The required invariants (``docs/contract.md``) that a replay can check, by report key.
+
+The remaining one (the existing total tool-call and duplicate-ID protections stay unchanged) is
+a property of the agent, not of its traces.
+"""
+
+_NANOS_PER_HOUR: Final = 3600 * 10**9
+_NANOS_PER_DAY: Final = 24 * _NANOS_PER_HOUR
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+class ReportMismatch(ValueError):
+    """Reports that cannot be merged: replayed with another mode or other constants."""
+
+
+def day_of(time_unix_nano: int) -> str:
+    """The UTC day of a time, as ``YYYY-MM-DD``."""
+    day = _EPOCH + datetime.timedelta(days=max(time_unix_nano, 0) // _NANOS_PER_DAY)
+    return day.strftime("%Y-%m-%d")
+
+
+def hour_of(time_unix_nano: int) -> str:
+    """The UTC hour of a time, as ``YYYY-MM-DDTHH:00Z``."""
+    hour = _EPOCH + datetime.timedelta(hours=max(time_unix_nano, 0) // _NANOS_PER_HOUR)
+    return hour.strftime("%Y-%m-%dT%H:00Z")
+
+
+def empty_tally() -> dict[str, Any]:
+    """The counts of one report section, all zero, in their report order."""
+    return {
+        "spans": 0,
+        "prompts": 0,
+        "batches": 0,
+        "decisions": {value: 0 for value in DECISION_VALUES},
+        "reset_reasons": {reason: 0 for reason in RESET_REASONS},
+        "prompts_would_warn": 0,
+        "prompts_warned": 0,
+        "prompts_would_stop": 0,
+        "prompts_stopped": 0,
+        "self_recovered_after_would_stop": 0,
+        "saved": {key: 0 for key in SAVED_KEYS},
+    }
+
+
+_TALLY_KEYS: Final = tuple(empty_tally())
+
+
+def _add(into: dict[str, Any], other: Mapping[str, Any]) -> None:
+    """Add the counts of ``other`` into ``into``, key by key, nested dictionaries included."""
+    for key, value in other.items():
+        if isinstance(value, Mapping):
+            _add(into.setdefault(key, {}), value)
+        elif type(value) is int:
+            into[key] = into.get(key, 0) + value
+
+
+def _tally_of(entry: Mapping[str, Any]) -> dict[str, Any]:
+    tally = empty_tally()
+    _add(tally, {key: entry[key] for key in _TALLY_KEYS if key in entry})
+    return tally
+
+
+def _group_key(entry: Mapping[str, Any]) -> tuple[bool, str | None, str | None]:
+    return (bool(entry.get("other")), entry.get(GROUP_KEYS[0]), entry.get(GROUP_KEYS[1]))
+
+
+def _group_order(key: tuple[bool, str | None, str | None]) -> tuple[bool, str, str, bool, bool]:
+    # Unset sorts before any value, and the "other" group last.
+    return (key[0], key[1] or "", key[2] or "", key[1] is not None, key[2] is not None)
+
+
+def _sample_order(entry: Mapping[str, Any]) -> tuple[int, str]:
+    return (int(entry.get("time_unix_nano", 0)), str(entry.get("prompt_id", "")))
+
+
+def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One report from reports of disjoint shards of prompts (see the module docstring).
+
+    Raises :class:`ReportMismatch` when the reports were replayed with different modes or
+    constants, or when there is nothing to merge.
+    """
+    if not documents:
+        raise ReportMismatch("no reports to merge")
+    first = documents[0]
+    settings = ("mode", "threshold", "batch_threshold")
+    for document in documents[1:]:
+        for key in settings:
+            if document.get(key) != first.get(key):
+                raise ReportMismatch(
+                    f"reports differ in {key}: {first.get(key)!r} and {document.get(key)!r}"
+                )
+    merged: dict[str, Any] = {key: first.get(key) for key in settings}
+    merged["traces"] = sum(int(d.get("traces", 0)) for d in documents)
+    merged["duplicate_spans"] = sum(int(d.get("duplicate_spans", 0)) for d in documents)
+    total = empty_tally()
+    for document in documents:
+        _add(total, _tally_of(document))
+    merged.update(total)
+    invariants = {name: 0 for name in INVARIANTS}
+    diagnostics: dict[str, int] = {}
+    bounds = {name: 0 for name in BOUNDS}
+    for document in documents:
+        _add(invariants, document.get("invariants", {}))
+        _add(diagnostics, document.get("diagnostics", {}))
+        _add(bounds, document.get("bounds", {}))
+    merged["invariant_violations"] = sum(invariants.values())
+    merged["invariants"] = invariants
+    merged["diagnostics"] = dict(sorted(diagnostics.items()))
+    merged["bounds"] = bounds
+    merged["profiles"] = {"acp": 0, "genai": 0}
+    merged["genai_seen"] = dict.fromkeys(GENAI_SEEN, 0)
+    for document in documents:
+        _add(merged["profiles"], document.get("profiles", {}))
+        _add(merged["genai_seen"], document.get("genai_seen", {}))
+    for name in SAMPLES:
+        entries = [entry for document in documents for entry in document.get(name, [])]
+        merged[name] = sorted(entries, key=_sample_order)[:SAMPLE_LIMIT]
+    merged["groups"] = _merge_groups(documents, bounds)
+    merged["by_day"] = _merge_days(documents)
+    merged["timeline"] = _merge_timeline(documents)
+    sweeps = [document["sweep"] for document in documents if document.get("sweep") is not None]
+    if sweeps:
+        merged["sweep"] = _merge_sweeps(sweeps)
+    if any("files" in document for document in documents):
+        merged["files"] = [path for document in documents for path in document.get("files", [])]
+        errors = [document["error"] for document in documents if document.get("error")]
+        merged["error"] = "; ".join(dict.fromkeys(errors)) if errors else None
+    return merged
+
+
+def _merge_groups(
+    documents: Sequence[Mapping[str, Any]], bounds: dict[str, int]
+) -> list[dict[str, Any]]:
+    groups: dict[tuple[bool, str | None, str | None], dict[str, Any]] = {}
+    for document in documents:
+        for entry in document.get("groups", []):
+            key = _group_key(entry)
+            _add(groups.setdefault(key, empty_tally()), _tally_of(entry))
+    named = [key for key in groups if not key[0]]
+    if len(named) > GROUP_LIMIT:
+        # Keep the busiest groups by name; the rest join "other".
+        named.sort(key=lambda k: (-groups[k]["spans"], _group_order(k)))
+        other = groups.setdefault((True, None, None), empty_tally())
+        for key in named[GROUP_LIMIT:]:
+            _add(other, groups.pop(key))
+            bounds["report_groups"] += 1
+    entries = []
+    for key in sorted(groups, key=_group_order):
+        group: dict[str, Any] = {GROUP_KEYS[0]: key[1], GROUP_KEYS[1]: key[2]}
+        if key[0]:
+            group["other"] = True
+        group.update(groups[key])
+        entries.append(group)
+    return entries
+
+
+def _merge_days(documents: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    days: dict[str, dict[str, Any]] = {}
+    for document in documents:
+        for day, tally in document.get("by_day", {}).items():
+            _add(days.setdefault(day, empty_tally()), _tally_of(tally))
+    named = sorted(day for day in days if day != OTHER_DAY)
+    if len(named) > DAY_LIMIT:
+        other = days.setdefault(OTHER_DAY, empty_tally())
+        for day in named[DAY_LIMIT:]:
+            _add(other, days.pop(day))
+    return {day: days[day] for day in sorted(days, key=lambda d: (d == OTHER_DAY, d))}
+
+
+def _merge_timeline(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    buckets: dict[tuple[str, tuple[bool, str | None, str | None]], dict[str, int]] = {}
+    for document in documents:
+        for entry in document.get("timeline", []):
+            key = (str(entry["hour"]), _group_key(entry))
+            counts = buckets.setdefault(key, {value: 0 for value in DECISION_VALUES})
+            _add(counts, entry.get("decisions", {}))
+    entries = []
+    for hour, group in sorted(buckets, key=lambda k: (k[0], _group_order(k[1])))[:TIMELINE_LIMIT]:
+        bucket: dict[str, Any] = {"hour": hour, GROUP_KEYS[0]: group[1], GROUP_KEYS[1]: group[2]}
+        if group[0]:
+            bucket["other"] = True
+        bucket["decisions"] = buckets[hour, group]
+        entries.append(bucket)
+    return entries
+
+
+def _merge_sweeps(sweeps: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    for sweep in sweeps:
+        for row in sweep:
+            key = (int(row["threshold"]), int(row["batch_threshold"]))
+            merged = rows.setdefault(key, {"threshold": key[0], "batch_threshold": key[1]})
+            _add(
+                merged, {k: v for k, v in row.items() if k not in ("threshold", "batch_threshold")}
+            )
+    return [rows[key] for key in sorted(rows)]
+
+
+# -- text ------------------------------------------------------------------------------------
+
+
+def printable(value: object) -> str:
+    """``value`` as text that prints as one line of itself: control, format and separator
+    characters (newlines and terminal escapes among them) and backslashes are escaped."""
+    text = "(unset)" if value is None else str(value)
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif char.isprintable():
+            out.append(char)
+        else:
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
+
+
+def _counts_text(counts: Mapping[str, int], names: Iterable[str]) -> str:
+    shown = [f"{name} {counts.get(name, 0)}" for name in names if counts.get(name, 0)]
+    return "  ".join(shown) if shown else "none"
+
+
+def _tally_lines(tally: Mapping[str, Any]) -> list[str]:
+    saved = tally["saved"]
+    return [
+        f"  spans {tally['spans']}  prompts {tally['prompts']}  batches {tally['batches']}",
+        f"  decisions: {_counts_text(tally['decisions'], DECISION_VALUES)}",
+        f"  reset reasons: {_counts_text(tally['reset_reasons'], RESET_REASONS)}",
+        f"  prompts: would_warn {tally['prompts_would_warn']}  warned {tally['prompts_warned']}"
+        f"  would_stop {tally['prompts_would_stop']}  stopped {tally['prompts_stopped']}",
+        "  self-recovered after would_stop (false-stop estimate): "
+        f"{tally['self_recovered_after_would_stop']}",
+        f"  saved after the stop point (estimate): tool calls {saved['tool_calls']}"
+        f"  model calls {saved['model_calls']}  input tokens {saved['input_tokens']}"
+        f"  output tokens {saved['output_tokens']}",
+    ]
+
+
+def _group_title(entry: Mapping[str, Any]) -> str:
+    if entry.get("other"):
+        return f"other groups (beyond the first {GROUP_LIMIT:,})"
+    return (
+        f"{GROUP_KEYS[0]}={printable(entry.get(GROUP_KEYS[0]))}"
+        f"  {GROUP_KEYS[1]}={printable(entry.get(GROUP_KEYS[1]))}"
+    )
+
+
+def _sample_text(entry: Mapping[str, Any]) -> str:
+    text = printable(entry.get("prompt_id"))
+    after = entry.get("tool_calls_after_stop")
+    if after is None:
+        return text
+    recovered = ", then recovered" if entry.get("self_recovered") else ""
+    return f"{text} ({after} calls after{recovered})"
+
+
+def _sweep_lines(sweep: Sequence[Mapping[str, Any]]) -> list[str]:
+    header = (
+        f"  {'threshold':>9} {'batches':>7} {'would_stop':>10} {'stopped':>7} {'recovered':>9}"
+        f" {'tool calls':>10} {'model calls':>11} {'in tokens':>11} {'out tokens':>11}"
+    )
+    lines = ["what-if sweep (prompts, and work saved after the stop point)", header]
+    for row in sweep:
+        saved = row["saved"]
+        lines.append(
+            f"  {row['threshold']:>9} {row['batch_threshold']:>7} {row['prompts_would_stop']:>10}"
+            f" {row['prompts_stopped']:>7} {row['self_recovered_after_would_stop']:>9}"
+            f" {saved['tool_calls']:>10} {saved['model_calls']:>11}"
+            f" {saved['input_tokens']:>11} {saved['output_tokens']:>11}"
+        )
+    return lines
+
+
+def unreadable(document: Mapping[str, Any]) -> str | None:
+    """Why spans were read but no prompt was, naming the missing attributes; else ``None``."""
+    if not document.get("spans") or document.get("prompts") or document.get("mode") == "off":
+        return None  # in mode off the guard reads nothing by design
+    seen = document.get("genai_seen", {})
+    if seen.get("prompts") and not seen.get("tool_calls"):
+        return (
+            f"{seen['prompts']} invoke_agent span(s) but no tool-call span below them: missing "
+            "gen_ai.operation.name=execute_tool (or gen_ai.tool.name with gen_ai.tool.call.id)"
+        )
+    if seen.get("orphan_tool_calls"):
+        return (
+            f"{seen['orphan_tool_calls']} execute_tool span(s) but none below a prompt: missing "
+            "an ancestor with gen_ai.operation.name=invoke_agent, or a parent batch span with "
+            "acp.prompt.id and acp.batch.admitted"
+        )
+    return (
+        "no span carries gen_ai.operation.name=invoke_agent/execute_tool, "
+        "nor acp.prompt.id with acp.batch.admitted"
+    )
+
+
+def render_text(document: Mapping[str, Any]) -> str:
+    """The report for people: per group, per day, totals, samples, sweep, bounds, invariants."""
+    lines: list[str] = []
+    for entry in document.get("groups", []):
+        lines.append(_group_title(entry))
+        lines.extend(_tally_lines(entry))
+        lines.append("")
+    days = document.get("by_day", {})
+    if days:
+        lines.append("by day (UTC, day of the batch)")
+        for day, tally in days.items():
+            lines.append(
+                f"  {printable(day)}  batches {tally['batches']}  prompts {tally['prompts']}"
+                f"  would_stop {tally['prompts_would_stop']}  stopped {tally['prompts_stopped']}"
+                f"  recovered {tally['self_recovered_after_would_stop']}"
+                f"  decisions: {_counts_text(tally['decisions'], DECISION_VALUES)}"
+            )
+        lines.append("")
+    duplicates = document.get("duplicate_spans", 0)
+    duplicates_text = f", {duplicates} duplicate spans ignored" if duplicates else ""
+    constants = ""
+    if (document.get("threshold"), document.get("batch_threshold")) not in (
+        (None, None),
+        (THRESHOLD, BATCH_THRESHOLD),
+    ):
+        constants = (
+            f", what-if threshold {document['threshold']}"
+            f" batch threshold {document['batch_threshold']}"
+        )
+    lines.append(
+        f"all ({document.get('traces', 0)} traces{duplicates_text},"
+        f" mode {printable(document.get('mode'))}{constants})"
+    )
+    lines.extend(_tally_lines(document))
+    profiles = document.get("profiles", {})
+    lines.append(
+        f"  prompts read from batch spans (acp) {profiles.get('acp', 0)},"
+        f" from GenAI conventions (genai) {profiles.get('genai', 0)}"
+    )
+    for name in SAMPLES:
+        sample = document.get(name, [])
+        if sample:
+            shown = ", ".join(_sample_text(entry) for entry in sample[:10])
+            more = f" (+{len(sample) - 10} more)" if len(sample) > 10 else ""
+            title = name.removesuffix("_prompts")
+            lines.append(f"  {title} prompts: {shown}{more}")
+    diagnostics = document.get("diagnostics", {})
+    if diagnostics:
+        shown = "  ".join(f"{printable(k)} {v}" for k, v in diagnostics.items())
+        lines.append(f"  guard diagnostics: {shown}")
+    if document.get("sweep"):
+        lines.append("")
+        lines.extend(_sweep_lines(document["sweep"]))
+    bounds = document.get("bounds", {})
+    if any(bounds.values()):
+        lines.append("")
+        lines.append("bounds hit (memory stays bounded; totals stay exact)")
+        for name, description in BOUNDS.items():
+            if bounds.get(name):
+                lines.append(f"  {bounds[name]:>6}  {description}")
+    lines.append("")
+    lines.append("invariants (docs/contract.md; each must be 0)")
+    invariants = document.get("invariants", {})
+    for name, description in INVARIANTS.items():
+        lines.append(f"  {invariants.get(name, 0):>6}  {description}")
+    lines.append(f"invariant violations: {document.get('invariant_violations', 0)}")
+    return "\n".join(lines)

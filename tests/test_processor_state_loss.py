@@ -1,0 +1,501 @@
+"""State loss, collisions and tool-type eligibility never widen what the guard may do.
+
+A hypothesis state machine drives the public API (a real ``TracerProvider`` with the guard in
+``enforce``, a small ``max_prompts`` and an injected clock for the TTL): prompts start, collide,
+end and are reused, batches of several kinds settle, time jumps past the TTL, and the table
+evicts. A model of what the host did checks, from the guard's own log records and actions:
+
+* no stop without a reminder the same host took for the same candidate at its previous batch;
+* no stop in a prompt after an unreliable input drain, a tool that is not ``native``/``mcp``,
+  a collision, or a loss of its state (an ``evicted``/``expired`` diagnostic naming it);
+* no telemetry at all for an opted-out prompt.
+
+Two machines run: a table of 3 prompts for 5 IDs (most sequences lose state or collide) and one
+with room for all (losses from the TTL only, so stops are reached more often). Each generates
+``OTEL_GUARD_STATEFUL_EXAMPLES`` sequences of up to 40 steps (default 1,000).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis.strategies as st
+from harness import FAIL, OK, Call, Harness
+from hypothesis import HealthCheck, event, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from opentelemetry.trace import Span
+
+from otel_guard.telemetry import DIAGNOSTIC_EVENT, OBSERVATIONS_METRIC, TRANSITION_EVENT
+
+EXAMPLES = int(os.environ.get("OTEL_GUARD_STATEFUL_EXAMPLES", "1000"))
+PROMPT_IDS = ("a", "b", "c", "d", "e")
+TTL = 100.0
+
+FAIL_MCP = Call(tool_type="mcp")  # the same failure key as FAIL
+FAIL_OTHER = Call(tool="edit", error_type="conflict")
+CANCELLED = Call(status="cancelled", execution="cancelled", error_type=None)
+THIRD_PARTY = (
+    Call(tool_type=None),
+    Call(tool_type="third_party"),
+    Call(tool_type="extension"),
+)
+
+# Batch kinds, weighted towards repeated failures so that reminders and stops are common.
+KINDS = (
+    ("fail",) * 6
+    + ("fail_mcp", "fail_other", "ok", "cancelled", "unreliable", "opt_out")
+    + ("third_party", "third_party_mixed")
+)
+# The failure key of the kinds that can count towards a candidate.
+KEY_OF = {"fail": "run_shell", "fail_mcp": "run_shell", "fail_other": "edit"}
+
+
+def calls_of(kind: str, variant: int) -> list[Call]:
+    if kind == "fail":
+        return [FAIL] * 4
+    if kind == "fail_mcp":
+        return [FAIL_MCP] * 4
+    if kind == "fail_other":
+        return [FAIL_OTHER] * 4
+    if kind == "ok":
+        return [OK]
+    if kind == "cancelled":
+        return [CANCELLED]
+    if kind == "third_party":
+        return [THIRD_PARTY[variant % 3]] * 4
+    if kind == "third_party_mixed":
+        return [FAIL, FAIL, THIRD_PARTY[variant % 3], FAIL]
+    return [FAIL] * 4  # unreliable, opt_out: failures with a drain or a marker
+
+
+@dataclass
+class Instance:
+    """One prompt as the host sees it: from its first activity to the end of its last span."""
+
+    hosts: set[int] = field(default_factory=set)
+    opted_out: bool = False
+    no_stop: str | None = None  # why no stop may come any more
+    # The instance's previous batch: (host, kind, whether that host took a reminder from it).
+    last: tuple[int, str, bool] | None = None
+
+
+@dataclass
+class Host:
+    number: int
+    prompt_id: str
+    span: Span | None  # None: a host that sends batches without a prompt span
+
+
+class GuardUnderStateLoss(RuleBasedStateMachine):
+    """A table of 3 prompts for 5 IDs: most sequences lose state or collide."""
+
+    max_prompts = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.harness = Harness(
+            mode="enforce",
+            max_prompts=self.max_prompts,
+            prompt_ttl_seconds=TTL,
+            clock=lambda: self.now,
+        )
+        self.instances: dict[str, Instance] = {}
+        self.hosts: list[Host] = []  # hosts with an open prompt span
+        self.bare: dict[str, Host] = {}  # hosts without one, one per prompt ID
+        self.seen_logs = 0
+        self.host_count = 0
+        self.stops = 0
+        self.lost = 0
+        self.collisions = 0
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _new_host(self, prompt_id: str, span: Span | None) -> Host:
+        self.host_count += 1
+        return Host(self.host_count, prompt_id, span)
+
+    def _read_new_logs(self, batch_host: Host | None = None, kind: str | None = None) -> None:
+        """Check every record emitted since the last call, in order."""
+        self.harness.guard.force_flush()
+        self.harness.logger_provider.force_flush()
+        records = list(self.harness.log_exporter.get_finished_logs())
+        for record in records[self.seen_logs :]:
+            attributes = dict(record.log_record.attributes or {})
+            prompt_id = attributes.get("prompt_id")
+            instance = self.instances.get(str(prompt_id)) if prompt_id is not None else None
+            if instance is not None:
+                assert not instance.opted_out, f"telemetry for opted-out {prompt_id}: {attributes}"
+            event = record.log_record.event_name
+            if (
+                event == DIAGNOSTIC_EVENT
+                and attributes["diagnostic"] in ("evicted", "expired")
+                and instance is not None
+            ):
+                instance.no_stop = instance.no_stop or "state lost"
+                self.lost += 1
+            if event == TRANSITION_EVENT and attributes["decision"] == "stopped":
+                assert instance is not None and batch_host is not None and kind is not None
+                self._check_stop(instance, batch_host, kind)
+        self.seen_logs = len(records)
+
+    def _check_stop(self, instance: Instance, host: Host, kind: str) -> None:
+        self.stops += 1
+        assert instance.no_stop is None, f"stop after {instance.no_stop}"
+        assert kind in KEY_OF and instance.last is not None
+        previous_host, previous_kind, reminded = instance.last
+        assert previous_host == host.number, "stop for a host that did not send the warned batch"
+        assert reminded, "stop without a taken reminder for the candidate"
+        assert KEY_OF.get(previous_kind) == KEY_OF[kind], "stop for another candidate"
+
+    def _observations(self) -> int:
+        return sum(value for _, value in self.harness.points(OBSERVATIONS_METRIC))
+
+    # -- rules ------------------------------------------------------------------------------
+
+    @rule(
+        prompt_id=st.sampled_from(PROMPT_IDS),
+        marker=st.sampled_from([None, None, None, "route", "channel"]),
+    )
+    def start_prompt(self, prompt_id: str, marker: str | None) -> None:
+        span = self.harness.start_prompt(
+            prompt_id,
+            route="cron" if marker == "route" else None,
+            channel=True if marker == "channel" else None,
+        )
+        host = self._new_host(prompt_id, span)
+        instance = self.instances.get(prompt_id)
+        if instance is None or not instance.hosts:
+            instance = self.instances[prompt_id] = Instance()  # a fresh prompt
+            self.bare.pop(prompt_id, None)
+        else:
+            instance.no_stop = instance.no_stop or "collision"
+            self.collisions += 1
+        instance.hosts.add(host.number)
+        instance.opted_out = instance.opted_out or marker is not None
+        self.hosts.append(host)
+        self._read_new_logs()
+
+    @precondition(lambda self: self.hosts)
+    @rule(index=st.integers(min_value=0, max_value=1_000))
+    def end_prompt(self, index: int) -> None:
+        host = self.hosts.pop(index % len(self.hosts))
+        assert host.span is not None
+        host.span.end()
+        instance = self.instances[host.prompt_id]
+        instance.hosts.discard(host.number)
+        if not instance.hosts:
+            del self.instances[host.prompt_id]  # its state is discarded with its last span
+        self._read_new_logs()
+
+    @rule(
+        index=st.integers(min_value=0, max_value=1_000),
+        bare_id=st.sampled_from((None, None, *PROMPT_IDS)),
+        kind=st.sampled_from(KINDS),
+        variant=st.integers(min_value=0, max_value=2),
+        take=st.sampled_from([True, True, True, False]),
+    )
+    def settle_batch(
+        self, index: int, bare_id: str | None, kind: str, variant: int, take: bool
+    ) -> None:
+        open_hosts = [h for h in self.hosts if h.prompt_id == bare_id]
+        if bare_id is None and self.hosts:
+            host = self.hosts[index % len(self.hosts)]
+        elif open_hosts:
+            # The guard knows hosts only by their prompt spans: a batch for an open prompt ID
+            # comes from a host of that prompt, whatever its parent span.
+            host = open_hosts[index % len(open_hosts)]
+        else:
+            prompt_id = bare_id or PROMPT_IDS[index % len(PROMPT_IDS)]
+            host = self.bare.get(prompt_id) or self._new_host(prompt_id, None)
+            self.bare[prompt_id] = host
+        instance = self.instances.setdefault(host.prompt_id, Instance())
+        if kind == "unreliable":
+            instance.no_stop = instance.no_stop or "unreliable input"
+        if kind in ("third_party", "third_party_mixed"):
+            instance.no_stop = instance.no_stop or "a tool that is not native or mcp"
+        if kind == "opt_out":
+            instance.opted_out = True
+        observations_before = self._observations() if instance.opted_out else 0
+
+        extra: dict[str, Any] = {"acp.prompt.route": "background"} if kind == "opt_out" else {}
+        self.harness.batch(
+            host.prompt_id,
+            calls_of(kind, variant),
+            parent=host.span,
+            reliable=kind != "unreliable",
+            batch_attributes=extra,
+        )
+        action = self.harness.guard.take_action(host.prompt_id) if take else None
+        stops_before = self.stops
+        self._read_new_logs(host, kind)
+        if action is not None and action.kind == "stop":
+            assert self.stops == stops_before + 1, "a stop action without its stopped record"
+        if instance.opted_out:
+            assert self._observations() == observations_before, "observations of opted-out"
+        reminded = action is not None and action.kind == "reminder"
+        if self.instances.get(host.prompt_id) is instance:
+            instance.last = (host.number, kind, reminded)
+
+    @rule(seconds=st.sampled_from([1.0, 30.0, TTL + 1]))
+    def advance_time(self, seconds: float) -> None:
+        self.now += seconds
+
+    @invariant()
+    def guard_never_raised(self) -> None:
+        assert "internal_error" not in self.harness.guard.diagnostics()
+
+    def teardown(self) -> None:
+        # Shown by --hypothesis-show-statistics: how often the sequences reach what they test.
+        event("reached a stop" if self.stops else "no stop")
+        event("some state lost" if self.lost else "no state lost")
+        event("a collision" if self.collisions else "no collision")
+        self.harness.tracer_provider.shutdown()
+        self.harness.logger_provider.shutdown()
+        self.harness.meter_provider.shutdown()
+
+
+class GuardWithRoom(GuardUnderStateLoss):
+    """A table with room for every ID: losses come from the TTL only, and stops are reached."""
+
+    max_prompts = 50
+
+
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestGuardUnderStateLoss = GuardUnderStateLoss.TestCase
+TestGuardUnderStateLoss.settings = SETTINGS
+TestGuardWithRoom = GuardWithRoom.TestCase
+TestGuardWithRoom.settings = SETTINGS
+
+
+# -- each finding, one scenario ------------------------------------------------------------------
+
+
+def loop(h: Harness, prompt_id: str, batches: int, parent: Span | None = None) -> list[str | None]:
+    """Failing batches, the host taking every action; the kinds of the actions it got."""
+    kinds: list[str | None] = []
+    for _ in range(batches):
+        h.batch(prompt_id, [FAIL] * 4, parent=parent)
+        action = h.guard.take_action(prompt_id)
+        kinds.append(None if action is None else action.kind)
+    return kinds
+
+
+def test_an_unreliable_prompt_evicted_by_other_prompts_is_rebuilt_without_enforcement() -> None:
+    h = Harness(mode="enforce", max_prompts=10)
+    prompt = h.start_prompt("p")
+    h.batch("p", [FAIL] * 4, parent=prompt, reliable=False)
+    for i in range(10):
+        h.start_prompt(f"other-{i}")  # p is idle, so the first to go
+    assert h.guard.state("p") is None
+    assert loop(h, "p", 4, prompt) == [None, "reminder", None, None]
+    assert h.decision_counts()["would_stop"] == 1 and "stopped" not in h.decision_counts()
+
+
+def test_an_unreliable_prompt_past_the_ttl_is_rebuilt_without_enforcement() -> None:
+    now = [0.0]
+    h = Harness(mode="enforce", prompt_ttl_seconds=60, clock=lambda: now[0])
+    h.batch("p", [FAIL] * 4, reliable=False)  # no prompt span: remembered by ID
+    now[0] = 7 * 3600.0
+    assert loop(h, "p", 4) == [None, "reminder", None, None]
+    assert h.guard.diagnostics() == {"expired": 1}
+    rebuilt = h.guard.state("p")
+    assert rebuilt is not None and rebuilt.enforcement_disabled
+
+
+def test_any_dropped_state_is_rebuilt_without_enforcement() -> None:
+    h = Harness(mode="enforce", max_prompts=1)
+    h.batch("p", [FAIL] * 4)
+    h.batch("q", [FAIL] * 4)  # p is evicted mid-candidate
+    assert loop(h, "p", 4) == [None, "reminder", None, None]
+
+
+def test_opted_out_prompts_stay_off_after_eviction() -> None:
+    h = Harness(mode="enforce", max_prompts=2)
+    channel = h.start_prompt("channel", channel=True)
+    cron = h.start_prompt("cron", route="cron")
+    h.batch("by-batch", [OK], batch_attributes={"acp.prompt.route": "notification"})
+    for i in range(6):
+        h.start_prompt(f"other-{i}")
+    assert loop(h, "channel", 4, channel) == [None] * 4
+    assert loop(h, "cron", 4, cron) == [None] * 4
+    assert loop(h, "by-batch", 4) == [None] * 4
+    named = {dict(r.log_record.attributes or {}).get("prompt_id") for r in h.logs()}
+    assert named.isdisjoint({"channel", "cron", "by-batch"})
+    assert h.points() == []  # no decision at all
+
+
+def test_an_action_not_taken_is_dropped_when_an_opting_out_batch_settles() -> None:
+    h = Harness(mode="enforce")
+    assert loop(h, "p", 2) == [None, "reminder"]
+    h.batch("p", [FAIL] * 4)  # a stop is pending, and the host does not take it
+    h.batch("p", [OK], batch_attributes={"acp.prompt.route": "background"})
+    assert h.guard.take_action("p") is None
+
+
+def test_a_new_prompt_span_starts_fresh_after_its_id_was_dropped() -> None:
+    h = Harness(mode="enforce", max_prompts=1)
+    h.batch("p", [FAIL] * 4, reliable=False)
+    h.batch("q", [FAIL] * 4)  # p dropped: remembered as unreliable-lost
+    prompt = h.start_prompt("p")  # a new prompt with that ID
+    assert loop(h, "p", 3, prompt) == [None, "reminder", "stop"]
+
+
+def test_third_party_tools_never_count_and_disable_enforcement() -> None:
+    for tool_type in (None, "third_party", "NATIVE", 7):
+        h = Harness(mode="enforce")
+        third = (
+            Call(tool_type=tool_type)
+            if not isinstance(tool_type, int)
+            else Call(tool_type=None, extra={"acp.tool.type": tool_type})
+        )
+        for _ in range(3):
+            h.batch("p", [third] * 4)
+            assert h.guard.take_action("p") is None
+        assert h.decision_counts() == {"reset": 1}  # unknown, with enforcement disabled
+        state = h.guard.state("p")
+        assert state is not None and state.enforcement_disabled and state.failure_count == 0
+        assert loop(h, "p", 3) == [None, "reminder", None]  # native failures: warn at most
+
+
+def test_mcp_and_native_tools_are_eligible() -> None:
+    h = Harness(mode="enforce")
+    h.batch("p", [Call(tool_type="mcp")] * 4)
+    h.guard.take_action("p")
+    assert loop(h, "p", 2) == ["reminder", "stop"]
+
+
+def test_colliding_prompt_spans_disable_enforcement_and_share_one_state_until_both_end() -> None:
+    h = Harness(mode="enforce")
+    first = h.start_prompt("p")
+    assert loop(h, "p", 1, first) == [None]
+    second = h.start_prompt("p")
+    assert h.guard.diagnostics() == {"prompt_collision": 1}
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert dict(record.log_record.attributes or {}) == {
+        "diagnostic": "prompt_collision",
+        "prompt_id": "p",
+    }
+    assert record.log_record.span_id == second.get_span_context().span_id
+    # The second host gets the reminder; the first never gets a stop it was not warned for.
+    assert loop(h, "p", 1, second) == ["reminder"]
+    assert loop(h, "p", 1, first) == [None]
+    second.end()
+    state = h.guard.state("p")
+    assert state is not None and state.enforcement_disabled and state.phase == "latched"
+    first.end()
+    assert h.guard.state("p") is None
+    assert "stopped" not in h.decision_counts()
+
+
+def test_a_collision_withdraws_a_pending_stop() -> None:
+    h = Harness(mode="enforce")
+    first = h.start_prompt("p")
+    loop(h, "p", 2, first)
+    h.batch("p", [FAIL] * 4, parent=first)  # a stop is pending for the first host
+    h.start_prompt("p")
+    assert h.guard.take_action("p") is None
+
+
+def test_a_collision_with_an_opted_out_span_turns_the_id_off() -> None:
+    h = Harness(mode="enforce")
+    h.start_prompt("p")
+    h.start_prompt("p", route="subagent")
+    assert loop(h, "p", 3) == [None] * 3
+    named = [dict(r.log_record.attributes or {}) for r in h.logs()]
+    assert named == [{"diagnostic": "prompt_collision"}]
+
+
+def test_contract_violation_is_a_diagnostic_beside_its_reset() -> None:
+    h = Harness(mode="shadow")
+    batch_spans: list[Any] = []
+    h.batch("p", [Call(status="success", execution="error")])
+    batch_spans = [s for s in h.span_exporter.get_finished_spans() if s.name == "tool_batch"]
+    assert h.decision_counts() == {"reset": 1}
+    assert h.diagnostic_counts() == {"contract_violation": 1}
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert dict(record.log_record.attributes or {}) == {
+        "diagnostic": "contract_violation",
+        "prompt_id": "p",
+    }
+    assert record.log_record.span_id == batch_spans[0].context.span_id
+
+
+def test_observations_are_counted_by_execution_status_and_tool_type() -> None:
+    h = Harness(mode="shadow")
+    h.batch(
+        "p",
+        [
+            FAIL,
+            FAIL,
+            OK,
+            Call(tool_type="mcp", status="cancelled", execution="cancelled"),
+            Call(tool_type="third_party", execution="not_started", status="error"),
+            Call(execution=None),
+            Call(execution="exploded"),
+        ],
+    )
+    h.start_prompt("off", route="cron")
+    h.batch("off", [FAIL] * 3)  # not evaluated: not observed
+    points = sorted(
+        (a["execution_status"], a["tool_type"], v) for a, v in h.points(OBSERVATIONS_METRIC)
+    )
+    assert points == [
+        ("cancelled", "mcp", 1),
+        ("error", "native", 2),
+        ("not_started", "other", 1),
+        ("success", "native", 1),
+        ("unknown", "native", 2),
+    ]
+
+
+def test_log_records_carry_the_batch_end_as_timestamp_and_an_observed_timestamp() -> None:
+    h = Harness(mode="enforce")
+    loop(h, "p", 3)
+    h.start_prompt("p")  # no collision: p had no prompt span; a diagnostic-free start
+    h.guard.force_flush()
+    batches = [s for s in h.span_exporter.get_finished_spans() if s.name == "tool_batch"]
+    transitions = h.logs(TRANSITION_EVENT)
+    assert [r.log_record.timestamp for r in transitions] == [s.end_time for s in batches]
+    for record in h.logs():
+        assert record.log_record.timestamp and record.log_record.observed_timestamp
+        assert record.log_record.observed_timestamp >= record.log_record.timestamp
+
+
+def test_diagnostic_records_carry_a_timestamp() -> None:
+    h = Harness(mode="shadow", max_prompts=1)
+    h.batch("p", [FAIL])
+    h.batch("q", [FAIL])
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert record.log_record.timestamp is not None and record.log_record.timestamp > 0
+    assert record.log_record.observed_timestamp is not None
+
+
+def test_call_data_over_the_byte_budget_is_shed_by_the_longest_holder() -> None:
+    seen: list[Any] = []
+    h = Harness(mode="shadow", max_call_bytes=9_000, listener=seen.append)
+    from opentelemetry.trace import set_span_in_context
+
+    stuck = h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": "stuck"})
+    for _ in range(20):
+        h.tool_span(FAIL, set_span_in_context(stuck)).end()
+    assert h.guard.diagnostics() == {}
+    for _ in range(20):
+        h.batch("live", [FAIL] * 2)  # each batch holds little: the stuck batch goes first
+    assert h.guard.diagnostics() == {"batch_overflow": 1}
+    assert all(e.batch.complete for e in seen)
+    stuck.set_attributes({"acp.batch.admitted": 20, "acp.input.reliable": True})
+    stuck.end()
+    assert seen[-1].prompt_id == "stuck" and seen[-1].batch.complete is False
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert dict(record.log_record.attributes or {}) == {
+        "diagnostic": "batch_overflow",
+        "prompt_id": "stuck",
+    }

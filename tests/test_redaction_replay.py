@@ -1,0 +1,194 @@
+"""Redacted traces replay to exactly the decisions of the raw traces (docs/contract.md section 6).
+
+Operators can only replay what they exported. The demo's sessions, written as OTLP/JSON, are
+redacted by the exporter and written again; both files are replayed by ``otel-guard replay``;
+the reports must be equal. Hypothesis then generates loops of its own (tool names that differ
+only in case, blank and over-long names, classified, upper-case and free-text error types,
+every terminal and execution status) and compares the raw and redacted replays the same way.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
+
+from otel_guard import RedactingSpanExporter
+from otel_guard.cli import main
+from otel_guard.otlp_json import OtlpJsonReader, OtlpJsonSpanExporter, parse_request
+from otel_guard.replay import Replayer
+
+MODES = ("shadow", "warn", "enforce")
+
+
+def redact_file(raw: Path, redacted: Path, key: bytes | None = None) -> None:
+    """Redact every line of an OTLP/JSON file with the exporter, as an agent would export it."""
+    with redacted.open("w", encoding="utf-8") as stream:
+        exporter = RedactingSpanExporter(OtlpJsonSpanExporter(stream), pseudonym_key=key)
+        for line in OtlpJsonReader([str(raw)]):
+            exporter.export(line.spans)
+        assert exporter.dropped_spans == 0
+
+
+def replay_json(capsys: pytest.CaptureFixture[str], mode: str, path: Path) -> dict[str, Any]:
+    assert main(["replay", "--mode", mode, "--format", "json", str(path)]) == 0
+    document: dict[str, Any] = json.loads(capsys.readouterr().out)
+    document.pop("files")
+    return document
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_redacted_demo_traces_replay_to_the_same_report(
+    mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw, redacted = tmp_path / "raw.jsonl", tmp_path / "redacted.jsonl"
+    assert main(["demo", "--mode", mode, "--out", str(raw)]) == 0
+    capsys.readouterr()
+    redact_file(raw, redacted)
+    # The redaction really happened: no tool name of the demo is left in the file.
+    raw_text, redacted_text = raw.read_text(), redacted.read_text()
+    for tool in ("run_shell", "read_file", "write_file"):
+        assert tool in raw_text and tool not in redacted_text, tool
+    raw_report = replay_json(capsys, mode, raw)
+    assert raw_report["decisions"]["tracked"] > 0  # the demo's loops are really replayed
+    assert replay_json(capsys, mode, redacted) == raw_report
+
+
+def test_the_checked_in_demo_traces_replay_the_same_after_redaction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
+    redacted = tmp_path / "redacted.jsonl"
+    redact_file(raw, redacted, key=b"deployment key")
+    raw_report = replay_json(capsys, "shadow", raw)
+    assert raw_report["decisions"]["tracked"] == 7
+    assert raw_report["decisions"]["would_warn"] == 3
+    assert replay_json(capsys, "shadow", redacted) == raw_report
+
+
+# -- generated loops -------------------------------------------------------------------------
+
+TOOL_NAMES = ("run_shell", "Run_Shell", "read_file", "mcp__files__read", "", "  ", "x" * 300)
+ERROR_TYPES = (
+    "exit_nonzero",
+    "timeout",
+    "Exit_Nonzero",
+    "TimeoutError",
+    "unknown",
+    "",
+    "Connection reset by peer",
+    None,
+)
+STATUSES = ("error", "success", "cancelled", "weird")
+EXECUTIONS = ("error", "success", "cancelled", "not_started", "unknown", None)
+
+calls = st.tuples(
+    st.sampled_from(TOOL_NAMES),
+    st.sampled_from(("error",) * 4 + STATUSES),
+    st.sampled_from(("error",) * 4 + EXECUTIONS),
+    st.sampled_from(ERROR_TYPES),
+    st.sampled_from(("native", "mcp", "other", None)),
+    st.sampled_from(ERROR_TYPES),  # error.type, never the key on an acp.* span
+)
+batches = st.tuples(
+    st.lists(calls, min_size=1, max_size=4),
+    st.booleans(),  # input reliable
+    st.integers(min_value=0, max_value=1),  # admitted minus ended: 1 leaves the batch incomplete
+)
+prompts = st.lists(st.lists(batches, min_size=1, max_size=6), min_size=1, max_size=3)
+
+
+def _record(tracer: Tracer, sessions: Sequence[Any]) -> None:
+    number = 0
+    for p, session in enumerate(sessions):
+        prompt_id = f"prompt-{p}"
+        prompt = tracer.start_span(
+            "invoke_agent",
+            attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id},
+        )
+        for batch_calls, reliable, missing in session:
+            batch = tracer.start_span(
+                "tool_batch",
+                context=set_span_in_context(prompt),
+                attributes={"acp.prompt.id": prompt_id},
+            )
+            spans: list[Span] = []
+            for tool, status, execution, error_type, tool_type, terminal_type in batch_calls:
+                number += 1
+                attributes: dict[str, Any] = {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.id": f"call-{number}",
+                    "acp.tool.status": status,
+                    "gen_ai.tool.call.arguments": '{"cmd": "make"}',
+                }
+                for key, value in (
+                    ("acp.tool.execution.status", execution),
+                    ("acp.tool.execution.error_type", error_type),
+                    ("acp.tool.type", tool_type),
+                    ("error.type", terminal_type),
+                ):
+                    if value is not None:
+                        attributes[key] = value
+                span = tracer.start_span(
+                    f"execute_tool {tool}",
+                    context=set_span_in_context(batch),
+                    attributes=attributes,
+                )
+                if status == "error":
+                    span.set_status(Status(StatusCode.ERROR, f"{tool} failed"))
+                spans.append(span)
+            for span in spans:
+                span.end()
+            batch.set_attributes(
+                {
+                    "acp.batch.admitted": len(spans) + missing,
+                    "acp.input.external": False,
+                    "acp.input.queued_prompt": False,
+                    "acp.input.reliable": reliable,
+                }
+            )
+            batch.end()
+        prompt.end()
+
+
+def _replay(mode: str, spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    replayer = Replayer(mode)
+    replayer.add(spans)
+    return replayer.finish().to_json()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions=prompts, key=st.one_of(st.none(), st.binary(min_size=1, max_size=8)))
+def test_generated_loops_replay_to_the_same_report_after_redaction(
+    mode: str, sessions: list[Any], key: bytes | None
+) -> None:
+    raw = InMemorySpanExporter()
+    redacted = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(raw))
+    provider.add_span_processor(
+        SimpleSpanProcessor(RedactingSpanExporter(redacted, pseudonym_key=key))
+    )
+    _record(provider.get_tracer("agent"), sessions)
+    raw_spans, redacted_spans = raw.get_finished_spans(), redacted.get_finished_spans()
+    # Redacted for real: no raw tool name, no arguments, no status text.
+    encoded = "\n".join(span.to_json() for span in redacted_spans)
+    assert "run_shell" not in encoded.lower() and "cmd" not in encoded and "failed" not in encoded
+    # Replayed as an operator has them: the redacted spans as exported OTLP/JSON, read back.
+    stream = io.StringIO()
+    assert OtlpJsonSpanExporter(stream).export(redacted_spans) is SpanExportResult.SUCCESS
+    read_back = parse_request(stream.getvalue())
+    assert len(read_back) == len(raw_spans)
+    assert _replay(mode, read_back) == _replay(mode, raw_spans)

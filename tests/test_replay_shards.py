@@ -1,0 +1,168 @@
+"""Replaying in several processes and merging reports: the same report as one replay."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import FAIL, OK, Call, Harness
+
+from otel_guard.cli import main
+from otel_guard.otlp_json import encode_request
+from otel_guard.report import merge_reports
+from otel_guard.shards import replay_shard
+
+EDIT = Call(tool="edit", error_type="conflict")
+
+
+def write_prompts(path: Path, prompts: int, *, per_line: int = 9) -> Path:
+    """Prompts whose batches are separate traces (no prompt span joins them), written as an
+    exporter would: lines of a few spans each, traces interleaved across prompts."""
+    harness = Harness(mode="shadow")
+    shapes = [
+        [[FAIL] * 4] * 5,  # would_warn, would_stop, then saved calls
+        [[FAIL] * 4, [FAIL] * 4, [FAIL] * 4, [OK]],  # recovers after would_stop
+        [[FAIL] * 2, [OK], [EDIT] * 3],
+        [[FAIL] * 4, [FAIL] * 4, [EDIT] * 4, [EDIT] * 4, [EDIT] * 4],  # a second candidate
+    ]
+    for round_ in range(5):
+        for n in range(prompts):
+            batches = shapes[n % len(shapes)]
+            if round_ < len(batches):
+                harness.batch(f"prompt-{n:03d}", batches[round_])
+    spans = list(harness.span_exporter.get_finished_spans())
+    with open(path, "w", encoding="utf-8") as out:
+        for start in range(0, len(spans), per_line):
+            out.write(json.dumps(encode_request(spans[start : start + per_line])) + "\n")
+    return path
+
+
+def replay_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    code = main(["replay", "--format", "json", *argv])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    document: dict[str, Any] = json.loads(captured.out)
+    return document
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_prompts(tmp_path_factory.mktemp("shards") / "prompts.jsonl", 40)
+
+
+def test_jobs_give_exactly_the_report_of_one_process(
+    prompts_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one = replay_json(capsys, "--sweep", str(prompts_file))
+    assert one["prompts"] == 40
+    assert one["prompts_would_stop"] == 30 and one["self_recovered_after_would_stop"] == 10
+    for jobs in ("2", "3"):
+        assert replay_json(capsys, "--sweep", "--jobs", jobs, str(prompts_file)) == one
+
+
+def test_a_prompt_whose_batches_are_separate_traces_is_replayed_whole_by_one_shard(
+    prompts_file: Path,
+) -> None:
+    shards = [
+        replay_shard([str(prompts_file)], "shadow", {}, index, 2).document for index in (0, 1)
+    ]
+    # Both shards got work, and neither saw a prompt in part: each prompt that would stop
+    # (five batches, each its own trace) reached would_stop in the shard that owns it.
+    assert all(0 < shard["prompts"] < 40 for shard in shards)
+    assert sum(shard["prompts"] for shard in shards) == 40
+    assert sum(shard["prompts_would_stop"] for shard in shards) == 30
+    assert sum(shard["traces"] for shard in shards) == 10 * (5 + 4 + 3 + 5)
+    for shard in shards:
+        assert shard["decisions"]["would_stop"] == shard["prompts_would_stop"]
+        assert shard["invariant_violations"] == 0
+
+
+def test_reports_merge_associatively_into_the_one_process_report(prompts_file: Path) -> None:
+    options = {"sweep": (4, 8)}
+    whole = replay_shard([str(prompts_file)], "shadow", options, 0, 1).document
+    a, b, c = (
+        replay_shard([str(prompts_file)], "shadow", options, i, 3).document for i in range(3)
+    )
+    assert merge_reports([a, b, c]) == whole
+    assert merge_reports([merge_reports([a, b]), c]) == whole
+    assert merge_reports([a, merge_reports([b, c])]) == whole
+    assert merge_reports([c, a, b]) == whole
+
+
+def test_merge_command_combines_shard_reports_written_elsewhere(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = replay_json(capsys, str(prompts_file))
+    paths = []
+    for index in range(2):
+        document = replay_shard([str(prompts_file)], "shadow", {}, index, 2).document
+        document.update(files=[str(prompts_file)], error=None)
+        path = tmp_path / f"shard-{index}.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        paths.append(str(path))
+    assert main(["merge", *paths]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    assert merged.pop("files") == [str(prompts_file)] * 2
+    assert {k: v for k, v in merged.items()} == {k: v for k, v in whole.items() if k != "files"}
+    assert main(["merge", "--format", "text", *paths]) == 0
+    assert "invariant violations: 0" in capsys.readouterr().out
+
+
+def test_merge_refuses_reports_of_other_modes_or_constants(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shadow = tmp_path / "shadow.json"
+    enforce = tmp_path / "enforce.json"
+    shadow.write_text(json.dumps(replay_json(capsys, str(prompts_file))), encoding="utf-8")
+    enforce.write_text(
+        json.dumps(replay_json(capsys, "--mode", "enforce", str(prompts_file))), encoding="utf-8"
+    )
+    assert main(["merge", str(shadow), str(enforce)]) == 1
+    assert (
+        capsys.readouterr().err == "cannot merge: reports differ in mode: 'shadow' and 'enforce'\n"
+    )
+    broken = tmp_path / "broken.json"
+    broken.write_text("{", encoding="utf-8")
+    assert main(["merge", str(shadow), str(broken)]) == 1
+    assert capsys.readouterr().err.startswith(f"{broken}: not a JSON report (")
+
+
+def test_jobs_read_standard_input_once(prompts_file: Path) -> None:
+    command = [sys.executable, "-m", "otel_guard", "replay", "--format", "json"]
+    from_file = subprocess.run(
+        [*command, str(prompts_file)], capture_output=True, text=True, check=True
+    )
+    with open(prompts_file, "rb") as stdin:
+        piped = subprocess.run(
+            [*command, "--jobs", "2", "-"], stdin=stdin, capture_output=True, text=True, check=True
+        )
+    expected = json.loads(from_file.stdout)
+    got = json.loads(piped.stdout)
+    assert got.pop("files") == ["-"] and expected.pop("files") == [str(prompts_file)]
+    assert got == expected
+
+
+def test_merge_writes_the_html_report_of_the_merged_shards(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("plotly", reason="the html extra (plotly) is not installed")
+    paths = []
+    for index in range(2):
+        document = replay_shard([str(prompts_file)], "shadow", {"sweep": (4, 8)}, index, 2)
+        path = tmp_path / f"shard-{index}.json"
+        path.write_text(json.dumps(document.document), encoding="utf-8")
+        paths.append(str(path))
+    page = tmp_path / "merged.html"
+    assert main(["merge", "--html", str(page), *paths]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    text = page.read_text(encoding="utf-8")
+    # Three plots, the totals of the merged report, and plotly inlined once.
+    assert text.count('class="plotly-graph-div"') == 3
+    assert (
+        f"<td>prompts would_stop / stopped</td><td>{merged['prompts_would_stop']} / 0</td>" in text
+    )
+    assert text.count("window.PlotlyConfig") == 1 and "* plotly.js v" in text
