@@ -10,13 +10,18 @@ from typing import Final
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
 
 __all__ = [
+    "ACP_PREFIX",
     "BATCH_ADMITTED",
     "CONVERSATION_ID",
+    "ERROR_TYPE",
+    "EXCEPTION_EVENT",
+    "EXCEPTION_TYPE",
     "EXECUTE_TOOL",
     "INPUT_EXTERNAL",
     "INPUT_QUEUED_PROMPT",
     "INPUT_RELIABLE",
     "INVOKE_AGENT",
+    "MCP_PREFIX",
     "MODEL_OPERATIONS",
     "OPERATION_NAME",
     "PROMPT_CHANNEL",
@@ -42,6 +47,13 @@ EXECUTE_TOOL: Final = "execute_tool"
 TOOL_NAME: Final = _gen_ai.GEN_AI_TOOL_NAME  # "gen_ai.tool.name", the resolved policy tool name
 TOOL_CALL_ID: Final = _gen_ai.GEN_AI_TOOL_CALL_ID  # "gen_ai.tool.call.id"
 
+# The GenAI-conventions profile (agents without acp.* attributes).
+ERROR_TYPE: Final = "error.type"
+EXCEPTION_EVENT: Final = "exception"
+EXCEPTION_TYPE: Final = "exception.type"
+MCP_PREFIX: Final = "mcp."
+ACP_PREFIX: Final = "acp."
+
 # Prompt lifecycle and routing.
 PROMPT_ID: Final = "acp.prompt.id"
 PROMPT_ROUTE: Final = "acp.prompt.route"
@@ -64,7 +76,7 @@ TOOL_EXECUTION_STATUS: Final = "acp.tool.execution.status"
 TOOL_EXECUTION_ERROR_TYPE: Final = "acp.tool.execution.error_type"
 TOOL_PROVIDER_DUPLICATE: Final = "acp.tool.provider_duplicate"
 
-# Model calls, read by the replay report only: the work a stop would have saved.
+# Model calls: the GenAI profile's batch boundaries, and the work a stop would have saved.
 MODEL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
 USAGE_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_INPUT_TOKENS  # "gen_ai.usage.input_tokens"
 USAGE_OUTPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS  # "gen_ai.usage.output_tokens"

@@ -37,6 +37,7 @@ from otel_guard.report import (
     merge_reports,
     printable,
     render_text,
+    unreadable,
 )
 from otel_guard.version import __version__
 
@@ -231,6 +232,13 @@ def _replay(args: argparse.Namespace) -> int:
     document["files"] = list(args.files)
     document["error"] = error
     _print_bounds(document)
+    missing = unreadable(document)
+    if missing is not None:
+        shown = ", ".join(args.files)
+        print(
+            f"{shown}: {document['spans']} spans, no prompt the guard can read: {missing}",
+            file=sys.stderr,
+        )
     return _output(document, args.format, args.html, status)
 
 

@@ -51,6 +51,9 @@ class GuardFirstSpanProcessor(SynchronousMultiSpanProcessor):
         self._guard = guard
         self._start_interest = guard.START_INTEREST
         self._end_interest = guard.END_INTEREST
+        # While a GenAI prompt is open the guard follows every span (its profile finds each
+        # span's prompt through its parent), so the filter then lets every span through.
+        self._lineage = guard.genai_lineage
         self._others: tuple[SpanProcessor, ...] = tuple(processors)
         self._span_processors = (guard, *self._others)
         self._lock = threading.Lock()
@@ -71,12 +74,16 @@ class GuardFirstSpanProcessor(SynchronousMultiSpanProcessor):
         except AttributeError:  # not an SDK span as the guard knows it: let the guard decide
             self._guard.on_start(span, parent_context)
         else:
-            # Written out rather than calling _interested: this runs for every span of the host.
-            for key, value in self._start_interest:
-                found = attributes.get(key, _MISSING)
-                if found is not _MISSING and (value is ANY_VALUE or found == value):
-                    self._guard.on_start(span, parent_context)
-                    break
+            # Written out rather than calling a helper: this runs for every span of the host.
+            wanted = bool(self._lineage)
+            if not wanted:
+                for key, value in self._start_interest:
+                    found = attributes.get(key, _MISSING)
+                    if found is not _MISSING and (value is ANY_VALUE or found == value):
+                        wanted = True
+                        break
+            if wanted:
+                self._guard.on_start(span, parent_context)
         for processor in self._others:
             processor.on_start(span, parent_context=parent_context)
 
@@ -91,11 +98,16 @@ class GuardFirstSpanProcessor(SynchronousMultiSpanProcessor):
         except AttributeError:
             self._guard.on_end(span)
         else:
-            for key, value in self._end_interest:
-                found = attributes.get(key, _MISSING)
-                if found is not _MISSING and (value is ANY_VALUE or found == value):
-                    self._guard.on_end(span)
-                    break
+            # Written out rather than calling a helper: this runs for every span of the host.
+            wanted = bool(self._lineage)
+            if not wanted:
+                for key, value in self._end_interest:
+                    found = attributes.get(key, _MISSING)
+                    if found is not _MISSING and (value is ANY_VALUE or found == value):
+                        wanted = True
+                        break
+            if wanted:
+                self._guard.on_end(span)
         for processor in self._others:
             processor.on_end(span)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Final
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
@@ -513,7 +513,38 @@ def _resource_spans(
                     read = _span(span, resource, scope)
                 except _Shape as error:
                     raise error.within(f"{prefix}.spans[{i}]") from None
+            if type(span) is dict and "events" in span:
+                read._events = _exception_events(span["events"])
             append(read)
+
+
+_EXCEPTION_EVENT: Final = "exception"
+_EXCEPTION_TYPE: Final = "exception.type"
+
+
+def _exception_events(value: object) -> tuple[Event, ...]:
+    """The span's ``exception`` events with their ``exception.type`` only: the guard's reading
+    of GenAI tool spans takes the error type from them when ``error.type`` is missing."""
+    if type(value) is not list:
+        return ()
+    found: list[Event] = []
+    for event in value:
+        if type(event) is not dict or event.get("name") != _EXCEPTION_EVENT:
+            continue
+        try:
+            attributes = _attributes(event.get("attributes", _NO_ATTRIBUTES))
+        except _Shape:
+            continue
+        raised = attributes.get(_EXCEPTION_TYPE)
+        time = event.get("timeUnixNano")
+        found.append(
+            Event(
+                _EXCEPTION_EVENT,
+                {_EXCEPTION_TYPE: raised} if type(raised) is str else {},
+                int(time) if type(time) is str and time.isdigit() else None,
+            )
+        )
+    return tuple(found)
 
 
 def _common_span(
@@ -837,6 +868,15 @@ def _encode_span(span: ReadableSpan) -> dict[str, Any]:
         if span.status.description:
             status["message"] = span.status.description
     body["status"] = status
+    if span.events:
+        body["events"] = [
+            {
+                "timeUnixNano": str(event.timestamp or 0),
+                "name": event.name,
+                "attributes": _encode_attributes(event.attributes),
+            }
+            for event in span.events
+        ]
     return body
 
 

@@ -17,7 +17,12 @@ Span identification (docs/contract.md section 3), decided when a span starts:
   the batch incomplete. A batch span must therefore carry ``acp.prompt.id`` from its start; the
   admitted count and the input-drain attributes may be set at any time before it ends.
 
-Every other span costs one dictionary look-up in ``on_start`` and two in ``on_end``.
+Spans without ``acp.prompt.id`` that are ``invoke_agent`` spans, or that start while a GenAI
+prompt is open, go to :class:`~otel_guard.genai_profile.GenAIProfile` (section 3b), whose events
+this processor applies like a batch span's; its module docstring says how it stays bounded.
+
+Every other span costs two membership tests in ``on_start`` and two in ``on_end``, plus one
+truth test of the profile's (usually empty) table of open GenAI spans.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Literal
 
@@ -38,6 +43,15 @@ from opentelemetry.trace import SpanContext
 
 from otel_guard import _sdkfields as _sdk
 from otel_guard import attributes as attr
+from otel_guard.genai_profile import (
+    BatchSettled,
+    Coverage,
+    GenAIProfile,
+    ProfileDiagnostic,
+    ProfileEvent,
+    PromptEnded,
+    PromptStarted,
+)
 from otel_guard.mode import resolve_mode
 from otel_guard.reducer import (
     REMINDER,
@@ -59,13 +73,23 @@ from otel_guard.telemetry import (
     decision_value,
 )
 
-__all__ = ["ANY_VALUE", "BatchEvaluation", "GuardAction", "GuardSpanProcessor", "Interest"]
+__all__ = [
+    "ANY_VALUE",
+    "BatchEvaluation",
+    "GuardAction",
+    "GuardSpanProcessor",
+    "Interest",
+    "Profile",
+]
 
 ANY_VALUE: Final = object()
 """In an :data:`Interest`, matches any value of the key."""
 Interest = tuple[tuple[str, object], ...]
 """(attribute key, value) pairs: a span with any of them (any value for :data:`ANY_VALUE`) may be
-the guard's; a span with none of them is not."""
+the guard's; a span with none of them is not (unless a GenAI prompt is open: see
+:attr:`GuardSpanProcessor.genai_lineage`)."""
+
+Profile = Literal["acp", "genai"]
 
 _logger = logging.getLogger(__name__)
 
@@ -115,6 +139,9 @@ class BatchEvaluation:
     ``decision`` is the reducer's decision; ``decision_value`` is the value of docs/contract.md
     section 5 that was emitted (``None`` for ``none``), which differs from the reducer's kind when
     a ``stop`` is recorded as ``would_stop`` because the host never took the reminder.
+    ``profile`` says how the batch was read: ``acp`` (a batch span, section 3) or ``genai``
+    (inferred, section 3b); ``span`` is the batch span, or for an inferred batch the model-call
+    or prompt span that settled it.
     """
 
     prompt_id: str
@@ -128,6 +155,7 @@ class BatchEvaluation:
     decision: Decision
     decision_value: DecisionValue | None
     action: GuardAction | None
+    profile: Profile = "acp"
 
 
 BatchListener = Callable[[BatchEvaluation], None]
@@ -281,14 +309,19 @@ class GuardSpanProcessor(SpanProcessor):
     expiry pops from the front of the activity order. Nothing scans the prompts.
     """
 
-    START_INTEREST: ClassVar[Interest] = ((attr.PROMPT_ID, ANY_VALUE),)
-    """Spans whose ``on_start`` can matter: prompt and batch spans carry the prompt ID."""
+    START_INTEREST: ClassVar[Interest] = (
+        (attr.PROMPT_ID, ANY_VALUE),
+        (attr.OPERATION_NAME, attr.INVOKE_AGENT),
+    )
+    """Spans whose ``on_start`` can matter while no GenAI prompt is open: prompt and batch spans
+    carry the prompt ID; an ``invoke_agent`` span without it opens a GenAI prompt."""
     END_INTEREST: ClassVar[Interest] = (
         (attr.OPERATION_NAME, attr.EXECUTE_TOOL),
         (attr.PROMPT_ID, ANY_VALUE),
     )
-    """Spans whose ``on_end`` can matter: tool calls, and prompt and batch spans. The fused
-    dispatch (:mod:`otel_guard.dispatch`) calls the hooks for these spans only; keep both in step
+    """Spans whose ``on_end`` can matter while no GenAI prompt is open: tool calls, and prompt
+    and batch spans. The fused dispatch (:mod:`otel_guard.dispatch`) calls the hooks for these
+    spans only, and for every span while :attr:`genai_lineage` is not empty; keep both in step
     with the hooks."""
 
     def __init__(
@@ -349,6 +382,11 @@ class GuardSpanProcessor(SpanProcessor):
             background=background_telemetry,
             on_failure=self._telemetry_failed,
         )
+        self._genai = GenAIProfile(
+            max_open_spans=self._max_tracked, max_calls_per_batch=max_calls_per_batch
+        )
+        # Open spans below GenAI prompts: empty (and skipped) while no such prompt is open.
+        self._genai_open = self._genai.lineage
         if resolution.invalid:
             self._flush([("diagnostic", "invalid_mode", None, None)])
 
@@ -358,6 +396,13 @@ class GuardSpanProcessor(SpanProcessor):
     def mode(self) -> Mode:
         """The configured mode (read once at construction)."""
         return self._mode
+
+    @property
+    def genai_lineage(self) -> Sized:
+        """The open spans below GenAI prompts: while it is not empty, every span may be the
+        guard's (the profile follows each one to find its prompt); it is the same object for
+        the processor's life, so a dispatcher may keep it and test its length per span."""
+        return self._genai_open
 
     def take_action(self, prompt_id: str) -> GuardAction | None:
         """Return the prompt's pending action once, and clear it.
@@ -390,26 +435,47 @@ class GuardSpanProcessor(SpanProcessor):
         with self._lock:
             return dict(self._diagnostic_counts)
 
+    def genai_coverage(self) -> Coverage:
+        """GenAI-profile prompts, model calls and tool calls seen so far (section 3b)."""
+        with self._lock:
+            return self._genai.coverage()
+
     # -- SpanProcessor ----------------------------------------------------------------------
 
     def on_start(self, span: Span, parent_context: context_api.Context | None = None) -> None:
-        if self._inert:
-            return
+        # Whether the processor is inert is asked only of spans that may matter: an ignored
+        # span's path pays for the look-ups that ignore it and nothing else.
         try:
             # _attributes(span), inlined: on this path a call costs as much as the reads.
             try:
                 attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _attributes(span)
-            # Only prompt and batch spans matter here, and both carry the prompt ID from their
-            # start: every other span leaves after this one look-up.
-            prompt_id = attributes.get(_PROMPT_ID)
-            if prompt_id is None:
+            # Prompt and batch spans carry the prompt ID from their start; a GenAI prompt is an
+            # invoke_agent span without it. Membership tests, not get(): no call on a miss.
+            if _PROMPT_ID not in attributes:
+                if (
+                    (
+                        self._genai_open
+                        or (
+                            _OPERATION_NAME in attributes
+                            and attributes[_OPERATION_NAME] == _INVOKE_AGENT
+                        )
+                    )
+                    and not self._inert
+                    and not self._genai.follow(span, attributes)
+                ):
+                    self._genai_step(span, attributes, starting=True)
                 return
+            if self._inert:
+                return
+            prompt_id = attributes[_PROMPT_ID]
             operation = attributes.get(_OPERATION_NAME)
             if operation == _EXECUTE_TOOL or not isinstance(prompt_id, str):
                 return  # tool-call spans are read when they end
             if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
+                if self._genai_open:
+                    self._genai_shield(span)
                 self._start_prompt(span, prompt_id, attributes)
             else:
                 self._start_batch(span, prompt_id)
@@ -417,18 +483,25 @@ class GuardSpanProcessor(SpanProcessor):
             self._internal_error()
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._inert:
-            return
         try:
             try:
                 attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _attributes(span)
-            if attributes.get(_OPERATION_NAME) == _EXECUTE_TOOL:
-                self._end_tool(span, attributes)
+            if _OPERATION_NAME in attributes and attributes[_OPERATION_NAME] == _EXECUTE_TOOL:
+                if not self._inert:
+                    self._end_tool(span, attributes)
                 return
             if _PROMPT_ID not in attributes:
-                return  # neither a prompt nor a batch span: the common case ends here
+                # Neither a prompt nor a batch span: the common case ends here. The table of
+                # open GenAI spans is empty while the processor is inert.
+                if self._genai_open and not self._genai.drop(span, attributes):
+                    self._genai_step(span, attributes, starting=False)
+                return
+            if self._inert:
+                return
+            if self._genai_open:
+                self._genai_step(span, attributes, starting=False)
             try:
                 context = _sdk.context(span)
             except AttributeError:
@@ -455,6 +528,7 @@ class GuardSpanProcessor(SpanProcessor):
                 self._holding.clear()
                 self._call_bytes = 0
                 self._ended_batches.clear()
+                self._genai.clear()
             self._telemetry.close()
         except Exception:
             _logger.debug("otel_guard: shutdown failed", exc_info=False)
@@ -592,15 +666,24 @@ class GuardSpanProcessor(SpanProcessor):
             parent = span.parent
             start_time = span.start_time
             context = span.context
-        if parent is None:
-            return
         out: list[_Emission] = []
+        genai = False
         # The batch is looked up under the lock that also ends batches, so a call and its batch
         # span ending at once resolve one way or the other: the call is kept, or it is late.
         with self._lock:
-            self._keep_call(attributes, parent[_SPAN_ID], start_time, context, out)
+            parent_id = None if parent is None else parent[_SPAN_ID]
+            if parent_id is not None and (
+                type(self._tracked.get(parent_id)) is _OpenBatch or parent_id in self._ended_batches
+            ):
+                self._keep_call(attributes, parent_id, start_time, context, out)
+                if self._genai_open:
+                    self._genai.forget(span)  # below a batch span: section 3 reads it
+            else:
+                genai = True  # a GenAI-profile tool call, or an orphan
         if out:
             self._flush(out)
+        if genai:
+            self._genai_step(span, attributes, starting=False)
 
     def _keep_call(
         self,
@@ -807,6 +890,20 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes.get(attr.INPUT_RELIABLE) is True,
             ),
         )
+        return self._decide(prompt_id, prompt, guard_input, span, context, tally, out)
+
+    def _decide(
+        self,
+        prompt_id: str,
+        prompt: _Prompt,
+        guard_input: GuardInput,
+        span: ReadableSpan,
+        context: SpanContext,
+        tally: dict[tuple[str | None, str | None], int],
+        out: list[_Emission],
+        profile: Profile = "acp",
+    ) -> tuple[Transition | None, BatchEvaluation | None] | None:
+        """Run the reducer on one settled batch of a guarded prompt; under the lock."""
         before = prompt.state
         decision = self._reduce(before, guard_input)
         kind, after, reason = decision
@@ -880,8 +977,78 @@ class GuardSpanProcessor(SpanProcessor):
             decision=decision,
             decision_value=value,
             action=action,
+            profile=profile,
         )
         return transition, evaluation
+
+    # -- the GenAI-conventions profile (section 3b) -------------------------------------------
+
+    def _genai_step(
+        self, span: ReadableSpan, attributes: Mapping[str, Any], starting: bool
+    ) -> None:
+        out: list[_Emission] = []
+        evaluations: list[BatchEvaluation] = []
+        with self._lock:
+            genai = self._genai
+            events = genai.start(span, attributes) if starting else genai.end(span, attributes)
+            for event in events:
+                self._apply_genai(event, out, evaluations)
+        if out:
+            self._flush(out)
+        for evaluation in evaluations:
+            self._notify(evaluation)
+
+    def _genai_shield(self, span: Span) -> None:
+        out: list[_Emission] = []
+        with self._lock:
+            for event in self._genai.shield(span):
+                self._apply_genai(event, out, [])
+        if out:
+            self._flush(out)
+
+    def _apply_genai(
+        self, event: ProfileEvent, out: list[_Emission], evaluations: list[BatchEvaluation]
+    ) -> None:
+        """Apply one profile event, under the lock. A GenAI prompt's state starts as a rebuilt
+        one does (enforcement disabled): such a prompt is never enforced."""
+        if type(event) is ProfileDiagnostic:
+            out.append(("diagnostic", event.name, event.prompt_id, event.span_context))
+        elif type(event) is PromptEnded:
+            if self._prompts.pop(event.prompt_id, None) is not None:
+                self._idle.pop(event.prompt_id, None)
+        elif type(event) is PromptStarted:
+            now = self._clock()
+            if self._prompts.pop(event.prompt_id, None) is not None:
+                self._idle.pop(event.prompt_id, None)  # a new prompt span: a fresh prompt
+            self._admit_prompt(event.prompt_id, _Prompt(True, now, rebuilt=True), now, out)
+        elif type(event) is BatchSettled:
+            now = self._clock()
+            prompt = self._prompts.get(event.prompt_id)
+            if prompt is None:  # its state was dropped: rebuilt, still never enforced
+                prompt = _Prompt(True, now, rebuilt=True)
+                self._admit_prompt(event.prompt_id, prompt, now, out)
+            else:
+                prompt.last_seen = now
+                self._prompts.move_to_end(event.prompt_id)
+            context = event.span.context
+            if not prompt.guarded or context is None:
+                return
+            tally: dict[tuple[str | None, str | None], int] = {}
+            for observation in event.batch.observations:
+                pair = (observation.execution_status, observation.tool_type)
+                tally[pair] = tally.get(pair, 0) + 1
+            # The input drain is taken as reliable with no new input: nothing says otherwise,
+            # and the prompt is never enforced.
+            guard_input: GuardInput = GuardInput(self._mode, event.batch, False, False, True)
+            result = self._decide(
+                event.prompt_id, prompt, guard_input, event.span, context, tally, out, "genai"
+            )
+            if result is not None:
+                transition, evaluation = result
+                if transition is not None:
+                    out.append(("transition", transition))
+                if evaluation is not None:
+                    evaluations.append(evaluation)
 
     def _admit_prompt(
         self, prompt_id: str, prompt: _Prompt, now: float, out: list[_Emission]

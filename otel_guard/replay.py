@@ -52,7 +52,7 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
 from otel_guard import attributes as attr
-from otel_guard.processor import BatchEvaluation, GuardSpanProcessor
+from otel_guard.processor import BatchEvaluation, GuardSpanProcessor, Profile
 from otel_guard.reducer import (
     BATCH_THRESHOLD,
     THRESHOLD,
@@ -67,6 +67,7 @@ from otel_guard.reducer import (
 from otel_guard.report import (
     BOUNDS,
     DAY_LIMIT,
+    GENAI_SEEN,
     GROUP_KEYS,
     GROUP_LIMIT,
     HISTORY_LIMIT,
@@ -229,6 +230,10 @@ class GuardReport:
         self.bounds: Counter[str] = Counter({name: 0 for name in BOUNDS})
         self.samples = {name: _Sample() for name in SAMPLES}
         self.sweep: list[dict[str, Any]] | None = None
+        # Prompts by how the guard read them: batch spans (acp) or the GenAI conventions (genai).
+        self.profiles: dict[Profile, int] = {"acp": 0, "genai": 0}
+        # What the GenAI profile saw, for saying why a file gave no readable prompt.
+        self.genai_seen: dict[str, int] = dict.fromkeys(GENAI_SEEN, 0)
         self._prompts: OrderedDict[str, _PromptAudit] = OrderedDict()
         self._resource_groups: dict[int, tuple[Resource, Group, dict[str, Any]]] = {}
 
@@ -284,6 +289,7 @@ class GuardReport:
                 self._prompts.popitem(last=False)
             for counts in tallies:
                 counts["prompts"] += 1
+            self.profiles[evaluation.profile] += 1
         else:
             self._prompts.move_to_end(evaluation.prompt_id)
         calls = [o for o in evaluation.batch.observations if not o.provider_duplicate]
@@ -463,6 +469,8 @@ class GuardReport:
         document["invariants"] = {name: self.violations[name] for name in INVARIANTS}
         document["diagnostics"] = dict(self.diagnostics)
         document["bounds"] = dict(self.bounds)
+        document["profiles"] = dict(self.profiles)
+        document["genai_seen"] = dict(self.genai_seen)
         for name, sample in self.samples.items():
             document[name] = sample.entries()
         document["groups"] = [
@@ -629,6 +637,8 @@ class GuardPipeline:
     def close(self) -> GuardReport:
         """Finish the audit and shut the providers down; returns the report."""
         self.report.diagnostics = self.guard.diagnostics()
+        seen = self.guard.genai_coverage()
+        self.report.genai_seen = {name: getattr(seen, name) for name in GENAI_SEEN}
         self.report.audit_metrics(self.metric_reader)
         self.guard.shutdown()
         self.logger_provider.shutdown()

@@ -30,6 +30,7 @@ from otel_guard.telemetry import DECISION_VALUES
 __all__ = [
     "BOUNDS",
     "DAY_LIMIT",
+    "GENAI_SEEN",
     "GROUP_KEYS",
     "GROUP_LIMIT",
     "INVARIANTS",
@@ -45,6 +46,7 @@ __all__ = [
     "merge_reports",
     "printable",
     "render_text",
+    "unreadable",
 ]
 
 GROUP_KEYS: Final = (DEPLOYMENT_ENVIRONMENT_NAME, SERVICE_VERSION)
@@ -57,6 +59,9 @@ DAY_LIMIT: Final = 3660
 """Days reported; spans and batches of later-seen days are counted under :data:`OTHER_DAY`."""
 
 OTHER_DAY: Final = "other"
+
+GENAI_SEEN: Final = ("prompts", "model_calls", "tool_calls", "orphan_tool_calls")
+"""Keys of the report's ``genai_seen``: what the GenAI-conventions profile saw."""
 
 TIMELINE_LIMIT: Final = 20_000
 """Hour-and-group buckets of the decision timeline (the HTML report's first plot)."""
@@ -198,6 +203,11 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["invariants"] = invariants
     merged["diagnostics"] = dict(sorted(diagnostics.items()))
     merged["bounds"] = bounds
+    merged["profiles"] = {"acp": 0, "genai": 0}
+    merged["genai_seen"] = dict.fromkeys(GENAI_SEEN, 0)
+    for document in documents:
+        _add(merged["profiles"], document.get("profiles", {}))
+        _add(merged["genai_seen"], document.get("genai_seen", {}))
     for name in SAMPLES:
         entries = [entry for document in documents for entry in document.get(name, [])]
         merged[name] = sorted(entries, key=_sample_order)[:SAMPLE_LIMIT]
@@ -359,6 +369,28 @@ def _sweep_lines(sweep: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def unreadable(document: Mapping[str, Any]) -> str | None:
+    """Why spans were read but no prompt was, naming the missing attributes; else ``None``."""
+    if not document.get("spans") or document.get("prompts") or document.get("mode") == "off":
+        return None  # in mode off the guard reads nothing by design
+    seen = document.get("genai_seen", {})
+    if seen.get("prompts") and not seen.get("tool_calls"):
+        return (
+            f"{seen['prompts']} invoke_agent span(s) but no tool-call span below them: missing "
+            "gen_ai.operation.name=execute_tool (or gen_ai.tool.name with gen_ai.tool.call.id)"
+        )
+    if seen.get("orphan_tool_calls"):
+        return (
+            f"{seen['orphan_tool_calls']} execute_tool span(s) but none below a prompt: missing "
+            "an ancestor with gen_ai.operation.name=invoke_agent, or a parent batch span with "
+            "acp.prompt.id and acp.batch.admitted"
+        )
+    return (
+        "no span carries gen_ai.operation.name=invoke_agent/execute_tool, "
+        "nor acp.prompt.id with acp.batch.admitted"
+    )
+
+
 def render_text(document: Mapping[str, Any]) -> str:
     """The report for people: per group, per day, totals, samples, sweep, bounds, invariants."""
     lines: list[str] = []
@@ -393,6 +425,11 @@ def render_text(document: Mapping[str, Any]) -> str:
         f" mode {printable(document.get('mode'))}{constants})"
     )
     lines.extend(_tally_lines(document))
+    profiles = document.get("profiles", {})
+    lines.append(
+        f"  prompts read from batch spans (acp) {profiles.get('acp', 0)},"
+        f" from GenAI conventions (genai) {profiles.get('genai', 0)}"
+    )
     for name in SAMPLES:
         sample = document.get(name, [])
         if sample:

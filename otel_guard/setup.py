@@ -3,7 +3,12 @@
 Endpoints, headers, timeouts, compression, TLS files and metric temporality come from the standard
 ``OTEL_EXPORTER_OTLP_*`` environment variables, read by the exporters themselves; the resource
 comes from ``Resource.create()``, which reads ``OTEL_RESOURCE_ATTRIBUTES`` and
-``OTEL_SERVICE_NAME``.
+``OTEL_SERVICE_NAME``; which exporters run comes from ``OTEL_TRACES_EXPORTER``,
+``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER`` (``otlp``, ``console``, ``none``).
+
+In a process whose global SDK providers are already set (by ``opentelemetry-instrument``, a
+distro or the host's own setup), :func:`install_guard` joins them instead of building its own:
+see its docstring.
 """
 
 from __future__ import annotations
@@ -11,12 +16,23 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, Literal, cast
 
 from opentelemetry import _logs, metrics, trace
+from opentelemetry._logs import _internal as _logs_internal
+from opentelemetry.environment_variables import (
+    OTEL_LOGS_EXPORTER,
+    OTEL_METRICS_EXPORTER,
+    OTEL_TRACES_EXPORTER,
+)
+from opentelemetry.metrics import _internal as _metrics_internal
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter
+from opentelemetry.sdk._logs.export import (
+    BatchLogRecordProcessor,
+    ConsoleLogRecordExporter,
+    LogRecordExporter,
+)
 from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
     OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
@@ -24,16 +40,29 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
 )
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.util._once import Once
 
 from otel_guard.dispatch import guarded_tracer_provider
 from otel_guard.processor import GuardSpanProcessor
 from otel_guard.redaction import RedactingSpanExporter
 
-__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "GuardInstallation", "OTLPProtocol", "install_guard"]
+__all__ = [
+    "DEFAULT_PROTOCOL",
+    "EXPORTERS",
+    "PROTOCOLS",
+    "GuardInstallation",
+    "OTLPProtocol",
+    "install_guard",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -48,15 +77,30 @@ _PROTOCOL_VARIABLES: Final[dict[Signal, str]] = {
     "metrics": OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
     "logs": OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
 }
+_EXPORTER_VARIABLES: Final[dict[Signal, str]] = {
+    "traces": OTEL_TRACES_EXPORTER,
+    "metrics": OTEL_METRICS_EXPORTER,
+    "logs": OTEL_LOGS_EXPORTER,
+}
+Exporter = Literal["otlp", "console"]
+EXPORTERS: Final = ("otlp", "console", "none")
+"""Values of ``OTEL_{TRACES,METRICS,LOGS}_EXPORTER`` that :func:`install_guard` honours (comma
+separated; unset means ``otlp``)."""
 
 
 class GuardInstallation:
-    """What :func:`install_guard` built: the guard, the three providers and the span exporter."""
+    """What :func:`install_guard` built or joined: the guard, the three providers, and the
+    redacting span exporter of the export path it owns (``None`` when it owns none).
+
+    ``joined`` names the signals whose provider was already set and was joined, not built.
+    """
 
     __slots__ = (
         "_lock",
+        "_owned_processors",
         "_shutdown",
         "guard",
+        "joined",
         "logger_provider",
         "meter_provider",
         "span_exporter",
@@ -69,13 +113,18 @@ class GuardInstallation:
         tracer_provider: TracerProvider,
         meter_provider: MeterProvider,
         logger_provider: LoggerProvider,
-        span_exporter: RedactingSpanExporter,
+        span_exporter: RedactingSpanExporter | None,
+        *,
+        joined: frozenset[Signal] = frozenset(),
+        owned_processors: Sequence[SpanProcessor] = (),
     ) -> None:
         self.guard = guard
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self.logger_provider = logger_provider
         self.span_exporter = span_exporter
+        self.joined = joined
+        self._owned_processors = tuple(owned_processors)
         self._lock = threading.Lock()
         self._shutdown = False
 
@@ -96,9 +145,21 @@ class GuardInstallation:
             if self._shutdown:
                 return
             self._shutdown = True
-        self.tracer_provider.shutdown()
-        self.logger_provider.shutdown()
-        self.meter_provider.shutdown()
+        # A joined provider belongs to the host: only what was added to it is shut down here.
+        if "traces" in self.joined:
+            self.tracer_provider.force_flush()
+            for processor in self._owned_processors:
+                processor.shutdown()
+        else:
+            self.tracer_provider.shutdown()
+        if "logs" in self.joined:
+            self.logger_provider.force_flush()
+        else:
+            self.logger_provider.shutdown()
+        if "metrics" in self.joined:
+            self.meter_provider.force_flush()
+        else:
+            self.meter_provider.shutdown()
 
 
 def install_guard(
@@ -111,17 +172,22 @@ def install_guard(
     allow_keys: Iterable[str] | None = None,
     pseudonym_key: bytes | str | None = None,
     set_global: bool = True,
+    span_processors: Iterable[SpanProcessor] = (),
+    metric_readers: Iterable[MetricReader] = (),
+    export_spans: bool | None = None,
     fused_dispatch: bool = True,
 ) -> GuardInstallation:
-    """Build tracer, meter and logger providers that export over OTLP, with the guard installed.
+    """Install the guard with exporters, in a fresh process or one whose SDK is already set up.
 
     * Spans go through a :class:`GuardSpanProcessor` (``mode`` as for it: the environment decides
-      when omitted) and a ``BatchSpanProcessor`` whose exporter is a
-      :class:`RedactingSpanExporter` (``extra_keys``, ``extra_patterns``, ``allow_keys``,
-      ``pseudonym_key`` as for it) around the OTLP span exporter.
+      when omitted), then ``span_processors``, then the export path the guard owns: one
+      ``BatchSpanProcessor`` per exporter named by ``OTEL_TRACES_EXPORTER`` (``otlp`` when unset,
+      ``console``, ``none``), each behind a :class:`RedactingSpanExporter` (``extra_keys``,
+      ``extra_patterns``, ``allow_keys``, ``pseudonym_key`` as for it).
     * Guard metrics go through a ``PeriodicExportingMetricReader`` (interval from
-      ``OTEL_METRIC_EXPORT_INTERVAL``) to the OTLP metric exporter; guard logs through a
-      ``BatchLogRecordProcessor`` to the OTLP log exporter.
+      ``OTEL_METRIC_EXPORT_INTERVAL``) per exporter of ``OTEL_METRICS_EXPORTER``, and through
+      ``metric_readers`` (a Prometheus reader, say); guard logs through a
+      ``BatchLogRecordProcessor`` per exporter of ``OTEL_LOGS_EXPORTER``.
     * ``resource`` defaults to ``Resource.create()`` (``OTEL_RESOURCE_ATTRIBUTES``,
       ``OTEL_SERVICE_NAME``).
     * ``protocol`` is ``http/protobuf`` or ``grpc``; when omitted each signal reads
@@ -129,11 +195,22 @@ def install_guard(
       :data:`DEFAULT_PROTOCOL`. An unsupported value in the environment is logged and replaced by
       the default (telemetry settings never stop the agent); an unsupported argument raises
       ``ValueError``.
-    * ``set_global`` also makes the three providers the process-wide ones, so instrumentation
-      that calls ``trace.get_tracer()`` reaches the guard.
-    * ``fused_dispatch`` dispatches the tracer provider's processors through
+    * ``set_global`` makes the providers the process-wide ones, so instrumentation that calls
+      ``trace.get_tracer()`` reaches the guard. A global SDK provider that is already set is
+      **joined** instead: the guard (and ``span_processors``) are added to the existing
+      ``TracerProvider``, and the existing meter and logger providers carry the guard's
+      telemetry. On a joined ``TracerProvider`` the guard adds its own redacting export path
+      only if the provider exports nothing yet (``export_spans`` overrides: ``True`` always,
+      ``False`` never), so spans are not exported twice; otherwise a warning says that the
+      host's existing span export is not redacted by the guard. Metric readers cannot be added
+      to an existing ``MeterProvider``: given ``metric_readers`` are then not used, with a
+      warning. A no-op global provider is replaced. Any other global provider that is not the
+      SDK's can be neither joined nor replaced: a warning says so, and the guard sees only the
+      spans of the returned ``tracer_provider``.
+    * ``fused_dispatch`` dispatches a new tracer provider's processors through
       :class:`otel_guard.dispatch.GuardFirstSpanProcessor`: spans that are not the guard's skip
-      its hooks; the other processors are called as before.
+      its hooks; the other processors are called as before. A joined provider keeps its own
+      dispatch.
 
     Call :meth:`GuardInstallation.shutdown` before the process exits to export what is buffered.
     """
@@ -141,30 +218,162 @@ def install_guard(
         raise ValueError(f"unsupported OTLP protocol {protocol!r}; use one of {PROTOCOLS}")
     if resource is None:
         resource = Resource.create()
+    readers = list(metric_readers)
+    joined: set[Signal] = set()
 
-    metric_reader = PeriodicExportingMetricReader(_metric_exporter(_protocol("metrics", protocol)))
-    meter_provider = MeterProvider(resource=resource, metric_readers=[metric_reader])
-    logger_provider = LoggerProvider(resource=resource)
-    logger_provider.add_log_record_processor(
-        BatchLogRecordProcessor(_log_exporter(_protocol("logs", protocol)))
-    )
+    existing_meters = metrics.get_meter_provider() if set_global else None
+    if isinstance(existing_meters, MeterProvider):
+        meter_provider = existing_meters
+        joined.add("metrics")
+        if readers:
+            _logger.warning(
+                "otel_guard: the global MeterProvider is already set and takes no new metric "
+                "readers; %d given reader(s) are not used (add them where it is built)",
+                len(readers),
+            )
+    else:
+        for name in _exporter_names("metrics"):
+            readers.append(
+                PeriodicExportingMetricReader(
+                    _metric_exporter(name, _protocol("metrics", protocol))
+                )
+            )
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+
+    existing_loggers = _logs.get_logger_provider() if set_global else None
+    if isinstance(existing_loggers, LoggerProvider):
+        logger_provider = existing_loggers
+        joined.add("logs")
+    else:
+        logger_provider = LoggerProvider(resource=resource)
+        for name in _exporter_names("logs"):
+            logger_provider.add_log_record_processor(
+                BatchLogRecordProcessor(_log_exporter(name, _protocol("logs", protocol)))
+            )
+
     guard = GuardSpanProcessor(
         mode=mode, meter_provider=meter_provider, logger_provider=logger_provider
     )
-    span_exporter = RedactingSpanExporter(
-        _span_exporter(_protocol("traces", protocol)),
-        extra_keys=extra_keys,
-        extra_patterns=extra_patterns,
-        allow_keys=allow_keys,
-        pseudonym_key=pseudonym_key,
-    )
-    tracer_provider = guarded_tracer_provider(guard, resource=resource, fused=fused_dispatch)
-    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    existing_tracers = trace.get_tracer_provider() if set_global else None
+    if isinstance(existing_tracers, TracerProvider):
+        tracer_provider = existing_tracers
+        joined.add("traces")
+        exports_already = _has_span_processors(tracer_provider)
+        own_path = not exports_already if export_spans is None else export_spans
+        if exports_already and not own_path:
+            _logger.warning(
+                "otel_guard: joined the global TracerProvider that is already set; the guard "
+                "watches its spans, but its existing span export is not redacted by the guard "
+                "(set OTEL_TRACES_EXPORTER=none there and let install_guard export, or start "
+                "with OTEL_PYTHON_DISTRO=otel_guard)"
+            )
+    else:
+        # The guard comes first, with fused dispatch when asked: it is added here.
+        tracer_provider = guarded_tracer_provider(guard, resource=resource, fused=fused_dispatch)
+        own_path = True if export_spans is None else export_spans
+    owned: list[SpanProcessor] = [guard, *span_processors]
+    span_exporter: RedactingSpanExporter | None = None
+    if own_path:
+        for name in _exporter_names("traces"):
+            redacting = RedactingSpanExporter(
+                _span_exporter(name, _protocol("traces", protocol)),
+                extra_keys=extra_keys,
+                extra_patterns=extra_patterns,
+                allow_keys=allow_keys,
+                pseudonym_key=pseudonym_key,
+            )
+            span_exporter = span_exporter or redacting
+            owned.append(BatchSpanProcessor(redacting))
+    for processor in owned:
+        if processor is not guard or "traces" in joined:
+            tracer_provider.add_span_processor(processor)
+
     if set_global:
-        trace.set_tracer_provider(tracer_provider)
-        metrics.set_meter_provider(meter_provider)
-        _logs.set_logger_provider(logger_provider)
-    return GuardInstallation(guard, tracer_provider, meter_provider, logger_provider, span_exporter)
+        if "traces" not in joined:
+            _set_global("traces", tracer_provider)
+        if "metrics" not in joined:
+            _set_global("metrics", meter_provider)
+        if "logs" not in joined:
+            _set_global("logs", logger_provider)
+    return GuardInstallation(
+        guard,
+        tracer_provider,
+        meter_provider,
+        logger_provider,
+        span_exporter,
+        joined=frozenset(joined),
+        owned_processors=owned,
+    )
+
+
+def _has_span_processors(provider: TracerProvider) -> bool:
+    active = getattr(provider, "_active_span_processor", None)
+    return bool(getattr(active, "_span_processors", ()))
+
+
+def _forget_noop_global(signal: Signal) -> None:
+    """Let a no-op global provider that was set explicitly be replaced.
+
+    The API sets each global provider once; a no-op one does nothing, so replacing it changes
+    nothing that anything relies on. Its set-once guard is the API's module state.
+    """
+    if signal == "traces":
+        if isinstance(trace.get_tracer_provider(), trace.NoOpTracerProvider):
+            trace._TRACER_PROVIDER_SET_ONCE = Once()
+            trace._TRACER_PROVIDER = None
+    elif signal == "metrics":
+        if isinstance(metrics.get_meter_provider(), metrics.NoOpMeterProvider):
+            _metrics_internal._METER_PROVIDER_SET_ONCE = Once()
+            _metrics_internal._METER_PROVIDER = None
+    elif isinstance(_logs.get_logger_provider(), _logs.NoOpLoggerProvider):
+        _logs_internal._LOGGER_PROVIDER_SET_ONCE = Once()
+        _logs_internal._LOGGER_PROVIDER = None
+
+
+def _set_global(signal: Signal, provider: TracerProvider | MeterProvider | LoggerProvider) -> None:
+    """Make ``provider`` the global one (replacing a no-op one), warning loudly when another
+    provider is already set."""
+    _forget_noop_global(signal)
+    if signal == "traces":
+        trace.set_tracer_provider(cast(TracerProvider, provider))
+        current: object = trace.get_tracer_provider()
+    elif signal == "metrics":
+        metrics.set_meter_provider(cast(MeterProvider, provider))
+        current = metrics.get_meter_provider()
+    else:
+        _logs.set_logger_provider(cast(LoggerProvider, provider))
+        current = _logs.get_logger_provider()
+    if current is not provider:
+        _logger.warning(
+            "otel_guard: a global %s provider that is not the SDK's (%s) is already set and "
+            "cannot be replaced; the guard's %s go only through the provider install_guard "
+            "returned",
+            signal,
+            type(current).__name__,
+            "spans" if signal == "traces" else signal,
+        )
+
+
+def _exporter_names(signal: Signal) -> list[Exporter]:
+    """The exporters ``OTEL_<SIGNAL>_EXPORTER`` names (``otlp`` when unset); others are logged."""
+    variable = _EXPORTER_VARIABLES[signal]
+    raw = os.environ.get(variable, "")
+    names = [name.strip().lower() for name in raw.split(",") if name.strip()] or ["otlp"]
+    if "none" in names:
+        return []
+    chosen: list[Exporter] = []
+    for name in names:
+        if name in ("otlp", "console"):
+            if name not in chosen:
+                chosen.append(cast(Exporter, name))
+        else:
+            _logger.warning(
+                "otel_guard: %s=%r is not supported (use %s); ignored",
+                variable,
+                name,
+                ", ".join(EXPORTERS),
+            )
+    return chosen
 
 
 def _protocol(signal: Signal, explicit: str | None) -> OTLPProtocol:
@@ -190,7 +399,9 @@ def _protocol(signal: Signal, explicit: str | None) -> OTLPProtocol:
 # Exporters are imported on use: the gRPC ones pull in grpcio, which an http deployment never needs.
 
 
-def _span_exporter(protocol: OTLPProtocol) -> SpanExporter:
+def _span_exporter(name: Exporter, protocol: OTLPProtocol) -> SpanExporter:
+    if name == "console":
+        return ConsoleSpanExporter()
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
@@ -202,7 +413,9 @@ def _span_exporter(protocol: OTLPProtocol) -> SpanExporter:
     return HTTPSpanExporter()
 
 
-def _metric_exporter(protocol: OTLPProtocol) -> MetricExporter:
+def _metric_exporter(name: Exporter, protocol: OTLPProtocol) -> MetricExporter:
+    if name == "console":
+        return ConsoleMetricExporter()
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
@@ -214,7 +427,9 @@ def _metric_exporter(protocol: OTLPProtocol) -> MetricExporter:
     return HTTPMetricExporter()
 
 
-def _log_exporter(protocol: OTLPProtocol) -> LogRecordExporter:
+def _log_exporter(name: Exporter, protocol: OTLPProtocol) -> LogRecordExporter:
+    if name == "console":
+        return ConsoleLogRecordExporter()
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 

@@ -176,7 +176,6 @@ def test_fused_and_plain_dispatch_give_the_same_telemetry_and_spans(mode: str) -
 _NOT_THE_GUARDS: list[dict[str, Any]] = [
     {},
     {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"},
-    {"gen_ai.operation.name": "invoke_agent"},
     {"gen_ai.operation.name": "EXECUTE_TOOL", "gen_ai.tool.call.id": "x"},
     {"gen_ai.tool.call.id": "x", "gen_ai.tool.name": "run_shell", "acp.tool.status": "error"},
     {"acp.batch.admitted": 3, "acp.input.reliable": True},
@@ -221,3 +220,48 @@ def test_spans_the_filter_turns_away_leave_the_guard_unchanged(attributes: dict[
         len(h.logs()),
     )
     assert after == before
+
+
+def _genai_loop(h: Harness, turns: int) -> None:
+    """A GenAI-conventions prompt (no acp.* attributes) whose tool calls sit below a plain span
+    between the model call and the tools, as frameworks nest them: the guard reaches them only by
+    following every span of the open prompt."""
+    tracer = h.tracer
+    agent = tracer.start_span("invoke_agent", attributes={"gen_ai.operation.name": "invoke_agent"})
+    for turn in range(turns):
+        chat = tracer.start_span(
+            "chat m",
+            context=set_span_in_context(agent),
+            attributes={"gen_ai.operation.name": "chat"},
+        )
+        chat.end()
+        tools = tracer.start_span("running tools", context=set_span_in_context(agent))
+        for i in range(4):
+            call = tracer.start_span(
+                "execute_tool run_shell",
+                context=set_span_in_context(tools),
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "run_shell",
+                    "gen_ai.tool.call.id": f"c-{turn}-{i}",
+                    "error.type": "exit_nonzero",
+                },
+            )
+            call.end()
+        tools.end()
+    final = tracer.start_span(
+        "chat m", context=set_span_in_context(agent), attributes={"gen_ai.operation.name": "chat"}
+    )
+    final.end()
+    agent.end()
+
+
+def test_fused_dispatch_follows_genai_prompts_through_plain_spans() -> None:
+    plain = Harness(mode="shadow")
+    fused = Harness(mode="shadow", fused=True)
+    for h in (plain, fused):
+        _genai_loop(h, 3)
+        h.guard.force_flush()
+    decisions = plain.decision_counts()
+    assert decisions.get("would_stop") == 1
+    assert fused.decision_counts() == decisions

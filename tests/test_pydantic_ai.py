@@ -75,8 +75,10 @@ def always_failing(width: int = 4) -> Callable[[int, ModelMessage], list[Any]]:
     return respond
 
 
-def build_agent(model: ScriptedModel, guard: RepeatedToolFailureGuard | None) -> Agent[None, str]:
-    agent = Agent(FunctionModel(model), capabilities=[] if guard is None else [guard])
+def build_agent(
+    model: ScriptedModel, guard: RepeatedToolFailureGuard | None, *others: Any
+) -> Agent[None, str]:
+    agent = Agent(FunctionModel(model), capabilities=[*others, *([] if guard is None else [guard])])
 
     @agent.tool_plain(retries=TOOL_RETRIES)
     def run_shell(command: str) -> str:
@@ -425,3 +427,43 @@ def test_user_input_queued_while_a_batch_ran_resets_the_streak() -> None:
     agent.run_sync("build it")
     assert [e.has_external_input for e in setup.evaluations] == [False, True]
     assert setup.reset_reasons() == {"external_input": 1}
+
+
+def _instrumented(setup_mode: str) -> tuple[Setup, Agent[None, str], ScriptedModel]:
+    """The capability beside pydantic-ai's own Instrumentation, on one exporting provider."""
+    from pydantic_ai.capabilities.instrumentation import Instrumentation
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    setup = Setup(setup_mode)
+    settings = InstrumentationSettings(
+        tracer_provider=setup.harness.tracer_provider, include_content=False
+    )
+    model = ScriptedModel(always_failing())
+    return setup, build_agent(model, setup.capability, Instrumentation(settings=settings)), model
+
+
+def test_with_pydantic_ais_instrumentation_each_tool_call_is_exported_once() -> None:
+    setup, agent, model = _instrumented("shadow")
+    with pytest.raises(UnexpectedModelBehavior):
+        agent.run_sync("build it")
+    spans = setup.harness.span_exporter.get_finished_spans()
+    tools = [
+        s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "execute_tool"
+    ]
+    calls = 4 * len(model.requests)
+    assert len(tools) == calls == 24
+    assert len({(s.attributes or {})["gen_ai.tool.call.id"] for s in tools}) == calls
+    assert not any(k.startswith("acp.") for s in spans for k in (s.attributes or {}))
+    exported = {s.context.span_id for s in spans if s.context is not None}
+    assert all(s.parent is None or s.parent.span_id in exported for s in spans)
+    # Decided once, through the capability's batches; the GenAI reading of the run stepped aside.
+    assert setup.decisions() == {"tracked": 1, "would_warn": 1, "would_stop": 1}
+    assert {e.profile for e in setup.evaluations} == {"acp"}
+
+
+def test_with_pydantic_ais_instrumentation_enforce_still_stops() -> None:
+    setup, agent, model = _instrumented("enforce")
+    with pytest.raises(RepeatedToolFailureStopped):
+        agent.run_sync("build it")
+    assert len(model.requests) == 3
+    assert setup.decisions() == {"tracked": 1, "warned": 1, "stopped": 1}

@@ -21,6 +21,17 @@ when the batch has settled, before the next model request:
 * a call ID repeated within one response is flagged a provider duplicate (pydantic-ai then
   refuses the response, so the batch is incomplete); a later response may reuse an ID.
 
+With pydantic-ai's own ``Instrumentation`` on (its agent run span is current when the run
+starts), its ``invoke_agent``, model-request and ``execute_tool`` spans are the ones exported:
+the capability's prompt, batch and tool-call spans then go to a provider holding only the guard,
+and pydantic-ai's spans stay below pydantic-ai's run span, so each tool call is exported once
+and the exported trace replays to the same decisions through the GenAI-conventions profile.
+The guard's records then carry the trace ID of the run and the span ID of a batch span that is
+not exported.
+
+pydantic-ai 2.68 marks no tool definition as coming from an MCP server (its tool definitions carry
+no toolset kind, and MCP toolset IDs are masked for telemetry), so every call is ``native``.
+
 Modes are the guard's: in ``shadow`` (and ``off``) the run goes exactly as without the
 capability; in ``warn`` and ``enforce`` the reminder reaches the model as a system part of the
 next request; in ``enforce`` the run then raises :class:`RepeatedToolFailureStopped` once the
@@ -40,8 +51,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from opentelemetry import context as context_api
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Tracer
 from pydantic import ValidationError
 from pydantic_ai import CallToolsNode, ModelRequestNode, RunContext
 from pydantic_ai.capabilities import (
@@ -76,7 +89,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolDefinition
 
-from otel_guard.attributes import PROMPT_ROUTES
+from otel_guard.attributes import INVOKE_AGENT, OPERATION_NAME, PROMPT_ID, PROMPT_ROUTES
 from otel_guard.processor import GuardSpanProcessor
 from otel_guard.producer import PromptScope, ToolBatch, ToolCall, error_type_of, prompt_span
 
@@ -127,17 +140,24 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         tracer_provider: TracerProvider | None = None,
         route: str | None = None,
         channel: bool = False,
+        _guard_only: Tracer | None = None,
     ) -> None:
         if route is not None and route not in PROMPT_ROUTES:
             raise ValueError(f"route must be one of {sorted(PROMPT_ROUTES)}, got {route!r}")
+        own_provider = tracer_provider is None
         if tracer_provider is None:
-            tracer_provider = TracerProvider()
-            tracer_provider.add_span_processor(guard)
+            tracer_provider = _guard_only_provider(guard)
         self.guard = guard
         self.tracer_provider = tracer_provider
         self.route = route
         self.channel = channel
-        self._tracer: Tracer = tracer_provider.get_tracer("otel_guard.integrations.pydantic_ai")
+        self._tracer: Tracer = tracer_provider.get_tracer(_SCOPE)
+        # For runs that pydantic-ai's instrumentation traces: spans seen by the guard only.
+        if _guard_only is None:
+            _guard_only = (
+                self._tracer if own_provider else _guard_only_provider(guard).get_tracer(_SCOPE)
+            )
+        self._guard_only = _guard_only
         # Per-run state; only the instance returned by for_run() holds any.
         self._prompt: PromptScope | None = None
         self._batch: ToolBatch | None = None
@@ -148,7 +168,11 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
     async def for_run(self, ctx: RunContext[Any]) -> RepeatedToolFailureGuard:
         """A fresh instance per run, so concurrent runs of one agent never share a batch."""
         return RepeatedToolFailureGuard(
-            self.guard, tracer_provider=self.tracer_provider, route=self.route, channel=self.channel
+            self.guard,
+            tracer_provider=self.tracer_provider,
+            route=self.route,
+            channel=self.channel,
+            _guard_only=self._guard_only,
         )
 
     # -- run: one prompt ------------------------------------------------------------------
@@ -157,11 +181,20 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         self, ctx: RunContext[Any], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:
         prompt_id = ctx.run_id or str(uuid.uuid4())
-        with prompt_span(self._tracer, prompt_id, route=self.route, channel=self.channel) as prompt:
+        run_span = trace.get_current_span()
+        instrumented = _is_instrumented_run(run_span)
+        tracer = self._guard_only if instrumented else self._tracer
+        with prompt_span(tracer, prompt_id, route=self.route, channel=self.channel) as prompt:
             self._prompt = prompt
+            # pydantic-ai's own spans stay below its run span, where they are exported.
+            token = (
+                context_api.attach(trace.set_span_in_context(run_span)) if instrumented else None
+            )
             try:
                 return await handler()
             finally:
+                if token is not None:
+                    context_api.detach(token)
                 self._prompt = None
 
     # -- node: one model response's tool calls form one batch ---------------------------
@@ -322,6 +355,28 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
             # No traceback: frames can hold tool arguments.
             _logger.debug("otel_guard: pydantic-ai guard bookkeeping failed")
             return None
+
+
+_SCOPE = "otel_guard.integrations.pydantic_ai"
+
+
+def _guard_only_provider(guard: GuardSpanProcessor) -> TracerProvider:
+    provider = TracerProvider(shutdown_on_exit=False)  # the guard's owner shuts it down
+    provider.add_span_processor(guard)
+    return provider
+
+
+def _is_instrumented_run(span: Span) -> bool:
+    """Whether ``span`` is the run span of pydantic-ai's own instrumentation (the outermost
+    capability, so its span is current when other capabilities' ``wrap_run`` starts)."""
+    if not span.is_recording():
+        return False
+    attributes = getattr(span, "attributes", None)
+    return (
+        attributes is not None
+        and attributes.get(OPERATION_NAME) == INVOKE_AGENT
+        and PROMPT_ID not in attributes
+    )
 
 
 def _settle(call: ToolCall, execution: Any, terminal: Any, error_type: str | None = None) -> None:

@@ -1,0 +1,75 @@
+"""Zero-code start: ``opentelemetry-instrument`` installs the guard (extra ``instrument``).
+
+With the package installed, either variable starts the guard in an auto-instrumented agent,
+in the mode of ``QWEN_CODE_ACP_REPEATED_TOOL_FAILURE_GUARD`` (``shadow`` when unset)::
+
+    OTEL_PYTHON_DISTRO=otel_guard opentelemetry-instrument python agent.py
+    OTEL_PYTHON_CONFIGURATOR=otel_guard opentelemetry-instrument python agent.py
+
+The configurator calls :func:`otel_guard.install_guard`, which builds the providers (or joins
+those already set) with the redacting span export path, and honours the usual
+``OTEL_{TRACES,METRICS,LOGS}_EXPORTER`` and ``OTEL_EXPORTER_OTLP_*`` variables. The distro only
+makes sure that the configurator named ``otel_guard`` is the one that runs, so no other
+configurator exports spans unredacted beside it.
+
+Entry points (``pyproject.toml``): ``opentelemetry_distro`` and ``opentelemetry_configurator``,
+both named ``otel_guard``. ``opentelemetry-instrument`` loads the first configurator it finds
+when none is named; when the guard's is loaded that way, unnamed, it configures the SDK exactly
+as the SDK's own configurator does and starts no guard.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+# Typed as far as the extra is installed; without it, mypy sees these names as Any.
+from opentelemetry.instrumentation.distro import (  # type: ignore[attr-defined, unused-ignore]
+    BaseDistro,
+)
+from opentelemetry.instrumentation.environment_variables import (
+    OTEL_PYTHON_CONFIGURATOR,
+    OTEL_PYTHON_DISTRO,
+)
+from opentelemetry.sdk._configuration import _BaseConfigurator, _OTelSDKConfigurator
+
+from otel_guard.setup import GuardInstallation, install_guard
+
+__all__ = ["NAME", "GuardConfigurator", "GuardDistro", "installation"]
+
+NAME: Final = "otel_guard"
+"""The entry point name that ``OTEL_PYTHON_DISTRO`` / ``OTEL_PYTHON_CONFIGURATOR`` select."""
+
+_installation: GuardInstallation | None = None
+
+
+def installation() -> GuardInstallation | None:
+    """What the zero-code start installed in this process, if it ran."""
+    return _installation
+
+
+def _named() -> bool:
+    return NAME in (
+        os.environ.get(OTEL_PYTHON_DISTRO, "").strip(),
+        os.environ.get(OTEL_PYTHON_CONFIGURATOR, "").strip(),
+    )
+
+
+class GuardDistro(BaseDistro):  # type: ignore[misc, unused-ignore]  # an untyped base class
+    """Selected by ``OTEL_PYTHON_DISTRO=otel_guard``: names the guard's configurator."""
+
+    def _configure(self, **kwargs: Any) -> None:
+        if os.environ.get(OTEL_PYTHON_DISTRO, "").strip() == NAME:
+            os.environ.setdefault(OTEL_PYTHON_CONFIGURATOR, NAME)
+
+
+class GuardConfigurator(_BaseConfigurator):
+    """Installs the guard when named; otherwise configures the SDK as its own configurator."""
+
+    def _configure(self, **kwargs: Any) -> None:
+        global _installation
+        if not _named():
+            _OTelSDKConfigurator().configure(**kwargs)  # type: ignore[no-untyped-call]
+            return
+        if _installation is None:
+            _installation = install_guard()

@@ -1,0 +1,346 @@
+"""Activation: install_guard in a process whose SDK is set up or not, and the zero-code start.
+
+Global providers can be set once per process, so every case runs in its own Python process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CANARY = "canary-7f3a-arguments"
+
+# An agent traced by GenAI conventions through the global tracer: three failing turns.
+AGENT = textwrap.dedent(
+    f"""
+    import json, sys
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
+    def run_agent():
+        tracer = trace.get_tracer("agent")
+        with tracer.start_as_current_span(
+            "invoke_agent", attributes={{"gen_ai.operation.name": "invoke_agent"}}
+        ):
+            for turn in range(3):
+                with tracer.start_as_current_span(
+                    "chat", attributes={{"gen_ai.operation.name": "chat"}}
+                ):
+                    pass
+                for call in range(4):
+                    with tracer.start_as_current_span(
+                        "execute_tool run_shell",
+                        attributes={{
+                            "gen_ai.operation.name": "execute_tool",
+                            "gen_ai.tool.name": "run_shell",
+                            "gen_ai.tool.call.id": f"c{{turn}}-{{call}}",
+                            "gen_ai.tool.call.arguments": "{CANARY}",
+                            "error.type": "exit_nonzero",
+                        }},
+                    ) as span:
+                        span.set_status(Status(StatusCode.ERROR, "{CANARY}"))
+            with tracer.start_as_current_span(
+                "chat", attributes={{"gen_ai.operation.name": "chat"}}
+            ):
+                pass
+
+    def summary(installation, **more):
+        from otel_guard.processor import GuardSpanProcessor
+        provider = trace.get_tracer_provider()
+        active = getattr(provider, "_active_span_processor", None)
+        processors = getattr(active, "_span_processors", ())
+        guards = [p for p in processors if isinstance(p, GuardSpanProcessor)]
+        print("SUMMARY " + json.dumps({{
+            "installed": installation is not None,
+            "guards": len(guards),
+            "mode": guards[0].mode if guards else None,
+            "joined": sorted(installation.joined) if installation else None,
+            "global_is_installation": installation is not None
+                and provider is installation.tracer_provider,
+            "own_span_path": installation is not None
+                and installation.span_exporter is not None,
+            **more,
+        }}), flush=True)
+    """
+)
+
+QUIET_EXPORTS = {
+    "OTEL_METRIC_EXPORT_INTERVAL": "600000",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+    "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai_agents",
+}
+
+
+def _run(
+    script: str, env: dict[str, str], tmp_path: Path, instrument: bool = False
+) -> tuple[str, str, dict[str, Any]]:
+    path = tmp_path / "agent.py"
+    path.write_text(AGENT + textwrap.dedent(script), encoding="utf-8")
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("OTEL_") and k != "QWEN_CODE_ACP_REPEATED_TOOL_FAILURE_GUARD"
+    }
+    full_env.update(QUIET_EXPORTS)
+    full_env.update(env)
+    command = [sys.executable, str(path)]
+    if instrument:
+        command = [str(Path(sys.executable).parent / "opentelemetry-instrument"), *command]
+    done = subprocess.run(
+        command, env=full_env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("SUMMARY ")]
+    assert len(lines) == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout, done.stderr, json.loads(lines[0][len("SUMMARY ") :])
+
+
+def _would_warn_exported(stdout: str) -> bool:
+    return "acp.repeated_tool_failure_guard.decisions" in stdout and '"would_warn"' in stdout
+
+
+def test_a_fresh_process_honours_the_exporter_variables(tmp_path: Path) -> None:
+    stdout, stderr, summary = _run(
+        """
+        from otel_guard import install_guard
+        installation = install_guard()
+        run_agent()
+        readers = installation.meter_provider._metric_readers
+        logs = installation.logger_provider._multi_log_record_processor._log_record_processors
+        summary(installation, readers=len(readers), log_processors=len(logs))
+        installation.shutdown()
+        """,
+        {
+            "OTEL_TRACES_EXPORTER": "console",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+        },
+        tmp_path,
+    )
+    assert summary["installed"] and summary["guards"] == 1 and summary["joined"] == []
+    assert summary["global_is_installation"] and summary["own_span_path"]
+    assert (summary["readers"], summary["log_processors"]) == (0, 0)
+    assert '"execute_tool' in stdout  # spans went to the console, redacted
+    assert CANARY not in stdout + stderr
+    assert "Failed to export" not in stderr  # nothing tried OTLP
+
+
+def test_extra_span_processors_and_metric_readers_are_used(tmp_path: Path) -> None:
+    _, _, summary = _run(
+        """
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from otel_guard import install_guard
+        reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
+        installation = install_guard(
+            span_processors=[SimpleSpanProcessor(spans)], metric_readers=[reader]
+        )
+        run_agent()
+        names = [m.name for rm in reader.get_metrics_data().resource_metrics
+                 for sm in rm.scope_metrics for m in sm.metrics]
+        summary(installation, spans=len(spans.get_finished_spans()), metrics=names)
+        installation.shutdown()
+        """,
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
+        tmp_path,
+    )
+    assert summary["spans"] == 1 + 4 * 3 + 4
+    assert "acp.repeated_tool_failure_guard.decisions" in summary["metrics"]
+    assert not summary["own_span_path"]
+
+
+def test_install_guard_joins_global_sdk_providers_already_set(tmp_path: Path) -> None:
+    _, stderr, summary = _run(
+        """
+        from opentelemetry import _logs, metrics, trace
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from otel_guard import install_guard
+        # The host's own setup, as a distro would do it.
+        reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
+        host = TracerProvider()
+        host.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(host)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        _logs.set_logger_provider(LoggerProvider())
+        installation = install_guard(metric_readers=[InMemoryMetricReader()])
+        run_agent()
+        decisions = [
+            dict(p.attributes)["decision"]
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics for m in sm.metrics
+            if m.name == "acp.repeated_tool_failure_guard.decisions"
+            for p in m.data.data_points
+        ]
+        summary(installation, decisions=sorted(decisions), host=provider_is_host(host),
+                exported=len(spans.get_finished_spans()))
+        installation.shutdown()
+        """.replace("provider_is_host(host)", "trace.get_tracer_provider() is host"),
+        {},
+        tmp_path,
+    )
+    assert summary["joined"] == ["logs", "metrics", "traces"]
+    assert summary["host"] and summary["guards"] == 1
+    assert summary["decisions"] == ["tracked", "would_stop", "would_warn"]
+    assert summary["exported"] == 1 + 4 * 3 + 4  # once, by the host's own path
+    assert not summary["own_span_path"]
+    assert "takes no new metric readers" in stderr
+    assert "existing span export is not redacted" in stderr
+    assert "Overriding of current" not in stderr
+
+
+def test_no_op_global_providers_are_replaced(tmp_path: Path) -> None:
+    _, stderr, summary = _run(
+        """
+        from opentelemetry import _logs, metrics, trace
+        from otel_guard import install_guard
+        trace.set_tracer_provider(trace.NoOpTracerProvider())
+        metrics.set_meter_provider(metrics.NoOpMeterProvider())
+        _logs.set_logger_provider(_logs.NoOpLoggerProvider())
+        installation = install_guard()
+        summary(installation, meters=metrics.get_meter_provider() is installation.meter_provider,
+                loggers=_logs.get_logger_provider() is installation.logger_provider)
+        installation.shutdown()
+        """,
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
+        tmp_path,
+    )
+    assert summary["global_is_installation"] and summary["guards"] == 1
+    assert summary["meters"] and summary["loggers"] and summary["joined"] == []
+    assert "otel_guard" not in stderr
+
+
+def test_another_non_sdk_global_provider_is_reported_not_silently_kept(tmp_path: Path) -> None:
+    _, stderr, summary = _run(
+        """
+        from opentelemetry import trace
+        from otel_guard import install_guard
+        class Vendor(trace.TracerProvider):
+            def get_tracer(self, *args, **kwargs):
+                return trace.NoOpTracer()
+        trace.set_tracer_provider(Vendor())
+        installation = install_guard()
+        summary(installation)
+        installation.shutdown()
+        """,
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
+        tmp_path,
+    )
+    assert "cannot be replaced" in stderr and "Vendor" in stderr
+    assert summary["installed"] and not summary["global_is_installation"]
+
+
+# -- zero-code start under the real opentelemetry-instrument ---------------------------------
+
+ZERO_CODE = """
+from otel_guard.zero_code import installation
+run_agent()
+summary(installation())
+"""
+
+
+def _instrument_available() -> None:
+    pytest.importorskip(
+        "opentelemetry.instrumentation.auto_instrumentation",
+        reason="the zero-code start needs the 'instrument' extra installed",
+    )
+    if not (Path(sys.executable).parent / "opentelemetry-instrument").exists():
+        pytest.skip("opentelemetry-instrument is not installed beside this Python")
+
+
+@pytest.mark.parametrize("variable", ["OTEL_PYTHON_DISTRO", "OTEL_PYTHON_CONFIGURATOR"])
+def test_opentelemetry_instrument_starts_the_guard_in_shadow_with_redacted_spans(
+    tmp_path: Path, variable: str
+) -> None:
+    _instrument_available()
+    stdout, stderr, summary = _run(
+        ZERO_CODE,
+        {
+            variable: "otel_guard",
+            "OTEL_TRACES_EXPORTER": "console",
+            "OTEL_METRICS_EXPORTER": "console",
+            "OTEL_LOGS_EXPORTER": "console",
+        },
+        tmp_path,
+        instrument=True,
+    )
+    assert summary["installed"] and summary["guards"] == 1 and summary["mode"] == "shadow"
+    assert summary["global_is_installation"] and summary["own_span_path"]
+    assert _would_warn_exported(stdout)  # the console metric exporter, at exit
+    assert '"execute_tool' in stdout
+    assert CANARY not in stdout + stderr
+    assert "Overriding of current" not in stderr
+
+
+def test_opentelemetry_instrument_takes_the_mode_from_the_environment(tmp_path: Path) -> None:
+    _instrument_available()
+    _, _, summary = _run(
+        ZERO_CODE,
+        {
+            "OTEL_PYTHON_DISTRO": "otel_guard",
+            "QWEN_CODE_ACP_REPEATED_TOOL_FAILURE_GUARD": "enforce",
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+        },
+        tmp_path,
+        instrument=True,
+    )
+    assert summary["mode"] == "enforce"
+
+
+def test_install_guard_joins_what_the_standard_distro_configured(tmp_path: Path) -> None:
+    _instrument_available()
+    pytest.importorskip("opentelemetry.distro", reason="needs the 'instrument' extra")
+    stdout, stderr, summary = _run(
+        """
+        from otel_guard import install_guard
+        installation = install_guard()
+        run_agent()
+        summary(installation)
+        """,
+        {
+            "OTEL_PYTHON_DISTRO": "distro",
+            "OTEL_PYTHON_CONFIGURATOR": "configurator",
+            "OTEL_TRACES_EXPORTER": "console",
+            "OTEL_METRICS_EXPORTER": "console",
+            "OTEL_LOGS_EXPORTER": "console",
+        },
+        tmp_path,
+        instrument=True,
+    )
+    assert summary["joined"] == ["logs", "metrics", "traces"]
+    assert summary["guards"] == 1 and not summary["own_span_path"]
+    assert _would_warn_exported(stdout)
+    assert "existing span export is not redacted" in stderr
+
+
+def test_the_configurator_loaded_unnamed_configures_the_sdk_without_the_guard(
+    tmp_path: Path,
+) -> None:
+    _instrument_available()
+    stdout, _, summary = _run(
+        """
+        from otel_guard.zero_code import GuardConfigurator, installation
+        GuardConfigurator().configure()
+        run_agent()
+        summary(installation(), sdk=type(trace.get_tracer_provider()).__name__)
+        """,
+        {"OTEL_TRACES_EXPORTER": "console"},
+        tmp_path,
+    )
+    assert not summary["installed"] and summary["guards"] == 0
+    assert summary["sdk"] == "TracerProvider"
+    assert '"execute_tool' in stdout  # the SDK's own console export

@@ -1,0 +1,474 @@
+"""The GenAI-conventions profile: agents traced without acp.* attributes (contract section 3b)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Harness, decisions_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
+
+from otel_guard import BatchEvaluation
+from otel_guard.cli import main
+from otel_guard.otlp_json import OtlpJsonSpanExporter
+from otel_guard.telemetry import DECISIONS_METRIC, TRANSITION_EVENT
+
+
+class Agent:
+    """Writes spans as a GenAI-instrumented framework does: no batch span, no acp.* keys."""
+
+    def __init__(self, mode: str = "shadow", **guard_kwargs: Any) -> None:
+        self.evaluations: list[BatchEvaluation] = []
+        self.harness = Harness(mode=mode, listener=self.evaluations.append, **guard_kwargs)
+        self.tracer = self.harness.tracer
+        self._ids = itertools.count(1)  # next() is atomic: threads may share one agent
+
+    @contextmanager
+    def prompt(
+        self, conversation: str | None = "conv-1", parent: Span | None = None
+    ) -> Iterator[Span]:
+        attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent"}
+        if conversation is not None:
+            attributes["gen_ai.conversation.id"] = conversation
+        span = self.tracer.start_span(
+            "invoke_agent agent",
+            context=None if parent is None else set_span_in_context(parent),
+            attributes=attributes,
+        )
+        try:
+            yield span
+        finally:
+            span.end()
+
+    def span(self, parent: Span, name: str, attributes: Mapping[str, Any] | None = None) -> Span:
+        return self.tracer.start_span(
+            name, context=set_span_in_context(parent), attributes=dict(attributes or {})
+        )
+
+    def chat(self, parent: Span) -> None:
+        self.span(parent, "chat model", {"gen_ai.operation.name": "chat"}).end()
+
+    def start_tool(
+        self,
+        parent: Span,
+        tool: str = "run_shell",
+        extra: Mapping[str, Any] | None = None,
+        operation: str | None = "execute_tool",
+    ) -> Span:
+        attributes: dict[str, Any] = {
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": f"call-{next(self._ids)}",
+            **(extra or {}),
+        }
+        if operation is not None:
+            attributes["gen_ai.operation.name"] = operation
+        return self.span(parent, f"execute_tool {tool}", attributes)
+
+    def tool(
+        self,
+        parent: Span,
+        *,
+        error_type: str | None = "TimeoutError",
+        fail: bool = True,
+        tool: str = "run_shell",
+        extra: Mapping[str, Any] | None = None,
+        operation: str | None = "execute_tool",
+    ) -> None:
+        span = self.start_tool(parent, tool, extra, operation)
+        if fail:
+            if error_type is not None:
+                span.set_attribute("error.type", error_type)
+            span.set_status(Status(StatusCode.ERROR, "free text"))
+        span.end()
+
+    def turn(self, parent: Span, width: int = 4, **tool: Any) -> None:
+        """One model call, then its tool calls."""
+        self.chat(parent)
+        for _ in range(width):
+            self.tool(parent, **tool)
+
+    def kinds(self) -> list[str]:
+        return [e.decision.kind for e in self.evaluations]
+
+
+def test_failing_turns_are_tracked_warned_and_would_stop_like_batch_spans() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)  # the model gives up: settles the third batch
+    assert agent.kinds() == ["tracked", "would_warn", "would_stop"]
+    assert {e.profile for e in agent.evaluations} == {"genai"}
+    assert all(e.batch.complete for e in agent.evaluations)
+    records = agent.harness.logs(TRANSITION_EVENT)
+    assert decisions_of(records) == ["tracked", "would_warn", "would_stop"]
+    attributes = dict(records[0].log_record.attributes or {})
+    assert attributes["prompt_id"] == "conv-1"
+    assert attributes["execution_error_type"] == "timeouterror"
+    assert attributes["mode"] == "shadow"
+    assert attributes["tool_type"] == "native"
+
+
+def test_prompt_id_is_the_span_id_in_hex_without_a_conversation_id() -> None:
+    agent = Agent()
+    with agent.prompt(conversation=None) as prompt:
+        agent.turn(prompt)
+    assert agent.evaluations[0].prompt_id == f"{prompt.get_span_context().span_id:016x}"
+    assert len(agent.evaluations[0].prompt_id) == 16
+
+
+def test_the_last_batch_settles_when_the_prompt_span_ends() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.turn(prompt)
+        assert agent.evaluations == []
+    assert agent.kinds() == ["tracked"]
+    assert agent.evaluations[0].span is not None
+    assert agent.evaluations[0].span.name == "invoke_agent agent"
+
+
+def test_a_turn_without_tool_calls_is_not_a_batch() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.chat(prompt)
+        agent.chat(prompt)
+    assert agent.evaluations == []
+    assert agent.harness.guard.genai_coverage().model_calls == 2
+
+
+def test_never_enforced_reminders_at_most_and_no_stop() -> None:
+    agent = Agent(mode="enforce")
+    actions = []
+    with agent.prompt() as prompt:
+        for _ in range(4):
+            agent.turn(prompt)
+            agent.chat(prompt)
+            actions.append(agent.harness.guard.take_action("conv-1"))
+    assert agent.harness.decision_counts() == {"tracked": 1, "warned": 1, "would_stop": 1}
+    assert [a.kind if a else None for a in actions] == [None, "reminder", None, None]
+    modes = {a["mode"] for a, _ in agent.harness.points(DECISIONS_METRIC)}
+    assert modes == {"warn"}
+    assert all(e.input_reliable and not e.has_external_input for e in agent.evaluations)
+
+
+def test_a_tool_span_still_open_at_the_next_model_call_makes_its_batch_incomplete() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.turn(prompt)
+        agent.chat(prompt)
+        agent.tool(prompt)
+        slow = agent.start_tool(prompt)
+        agent.chat(prompt)
+        slow.end()
+    assert agent.kinds() == ["tracked", "reset"]
+    assert agent.evaluations[1].decision.reason == "incomplete"
+    assert agent.evaluations[1].batch.complete is False
+    assert agent.harness.guard.diagnostics().get("late_span") == 1
+
+
+def test_status_error_without_a_type_is_unknown_and_never_counts() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        for _ in range(3):
+            agent.turn(prompt, error_type=None)
+    assert [o.execution_error_type for o in agent.evaluations[0].batch.observations] == [None] * 4
+    assert agent.harness.decision_counts() == {}  # idle, already disabled: nothing to reset
+
+
+def test_the_exception_events_type_stands_in_for_a_missing_error_type() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.chat(prompt)
+        span = agent.start_tool(prompt)
+        span.record_exception(PermissionError("/secret/path"))
+        span.set_status(Status(StatusCode.ERROR))
+        span.end()
+    observation = agent.evaluations[0].batch.observations[0]
+    assert observation.execution_error_type == "permissionerror"
+    assert agent.kinds() == ["tracked"]
+
+
+def test_error_type_alone_is_an_error_and_success_otherwise() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.chat(prompt)
+        span = agent.start_tool(prompt)
+        span.set_attribute("error.type", "Rate_Limited")
+        span.end()
+        agent.tool(prompt, fail=False, tool="read_file")
+    first, second = agent.evaluations[0].batch.observations
+    assert (first.terminal_status, first.execution_error_type) == ("error", "rate_limited")
+    assert (second.terminal_status, second.execution_status) == ("success", "success")
+
+
+def test_a_span_with_any_mcp_attribute_is_an_mcp_tool() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.turn(prompt, extra={"mcp.method.name": "tools/call"})
+    assert {o.tool_type for o in agent.evaluations[0].batch.observations} == {"mcp"}
+    assert agent.harness.points(DECISIONS_METRIC)[0][0]["tool_type"] == "mcp"
+
+
+def test_a_tool_named_only_by_tool_name_and_call_id_is_a_tool_call() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.turn(prompt, operation=None)
+        agent.turn(prompt, operation="tool")
+    assert [len(e.batch.observations) for e in agent.evaluations] == [4, 4]
+
+
+def test_tool_calls_below_intermediate_spans_find_their_prompt() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.chat(prompt)
+        running = agent.span(prompt, "running tools")
+        for _ in range(4):
+            agent.tool(running)
+        running.end()
+    assert len(agent.evaluations[0].batch.observations) == 4
+
+
+def test_the_nearest_invoke_agent_ancestor_owns_a_call() -> None:
+    agent = Agent()
+    with agent.prompt("outer") as outer:
+        agent.chat(outer)
+        delegate = agent.start_tool(outer, "ask_helper")
+        with agent.prompt("inner", parent=delegate) as inner:
+            agent.turn(inner, width=3)
+        delegate.end()
+    by_prompt = {e.prompt_id: len(e.batch.observations) for e in agent.evaluations}
+    assert by_prompt == {"inner": 3, "outer": 1}
+
+
+def test_spans_with_acp_attributes_follow_section_3_even_below_a_genai_prompt() -> None:
+    agent = Agent()
+    harness = agent.harness
+    with agent.prompt() as outer:
+        span = harness.tracer.start_span(
+            "invoke_agent",
+            context=set_span_in_context(outer),
+            attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "acp-1"},
+        )
+        agent.chat(span)  # the acp prompt's model call: not the GenAI prompt's
+        harness.failing_batches("acp-1", 2)
+        agent.tool(outer, extra={"acp.tool.type": "native"})
+        span.end()
+    assert [(e.prompt_id, e.profile) for e in agent.evaluations] == [
+        ("acp-1", "acp"),
+        ("acp-1", "acp"),
+    ]
+
+
+def test_a_genai_prompt_with_an_acp_prompt_child_is_handed_over_to_section_3() -> None:
+    agent = Agent()
+    harness = agent.harness
+    with agent.prompt() as outer:
+        acp = harness.tracer.start_span(
+            "invoke_agent",
+            context=set_span_in_context(outer),
+            attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "acp-1"},
+        )
+        for _ in range(3):
+            agent.turn(outer)  # the framework's own spans, below its own run span
+        harness.failing_batches("acp-1", 1)
+        acp.end()
+    assert [(e.prompt_id, e.profile) for e in agent.evaluations] == [("acp-1", "acp")]
+    assert harness.guard.diagnostics() == {}
+    assert harness.guard._genai_open == {}
+
+
+def test_spans_outside_any_genai_prompt_leave_no_state() -> None:
+    agent = Agent()
+    root = agent.tracer.start_span("GET /")
+    for _ in range(10):
+        agent.span(root, "SELECT", {"db.system": "sqlite"}).end()
+    agent.tool(root)  # an execute_tool span under no prompt: an orphan
+    root.end()
+    guard = agent.harness.guard
+    assert guard._genai_open == {}
+    assert guard.genai_coverage().orphan_tool_calls == 1
+    with agent.prompt() as prompt:
+        agent.turn(prompt)
+    assert guard._genai_open == {}  # every open span's entry left with its span
+
+
+def test_open_spans_below_prompts_are_bounded_and_evicted_oldest_first() -> None:
+    agent = Agent(max_prompts=1, max_calls_per_batch=4)
+    bound = 4 * 1 + 4
+    with agent.prompt() as prompt:
+        agent.chat(prompt)
+        stuck = [agent.start_tool(prompt) for _ in range(3)]
+        spans = [agent.span(prompt, f"step {i}") for i in range(20)]
+        assert len(agent.harness.guard._genai_open) == bound
+        for span in spans + stuck:
+            span.end()
+    assert agent.harness.guard.diagnostics()["evicted"] >= 1
+    assert agent.evaluations == [] or agent.evaluations[0].batch.complete is False
+
+
+def test_malformed_attribute_values_never_raise_from_span_end() -> None:
+    agent = Agent()
+    with agent.prompt(conversation=None) as prompt:
+        prompt.set_attribute("gen_ai.conversation.id", "")
+        agent.chat(prompt)
+        agent.tool(prompt, error_type="x" * 300)
+        span = agent.span(
+            prompt,
+            "weird",
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.id": 7},
+        )
+        span.set_attribute("gen_ai.tool.name", "")
+        span.end()
+    assert agent.harness.guard.diagnostics().get("internal_error") is None
+    assert len(agent.evaluations) == 1
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def _write(agent: Agent, path: Path) -> Path:
+    with open(path, "w", encoding="utf-8") as stream:
+        OtlpJsonSpanExporter(stream).export(agent.harness.span_exporter.get_finished_spans())
+    return path
+
+
+def _replay(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, dict[str, Any], str]:
+    code = main(["replay", "--format", "json", str(path)])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.err
+
+
+def test_replay_reads_genai_traces_with_the_live_decisions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)
+    code, report, err = _replay(capsys, _write(agent, tmp_path / "genai.jsonl"))
+    assert code == 0 and err == ""
+    assert report["profiles"] == {"acp": 0, "genai": 1}
+    assert report["prompts"] == 1 and report["batches"] == 3
+    live = agent.harness.decision_counts()
+    assert {k: v for k, v in report["decisions"].items() if v} == live
+
+
+def test_replay_counts_batch_span_prompts_as_acp(capsys: pytest.CaptureFixture[str]) -> None:
+    demo = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
+    code, report, _ = _replay(capsys, demo)
+    assert code == 0
+    assert report["profiles"]["acp"] == report["prompts"] > 0
+    assert report["profiles"]["genai"] == 0
+
+
+def test_replay_names_the_missing_attributes_when_no_prompt_is_readable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = Agent()
+    root = plain.tracer.start_span("GET /")
+    plain.span(root, "SELECT", {"db.system": "sqlite"}).end()
+    root.end()
+    orphans = Agent()
+    root = orphans.tracer.start_span("handler")
+    orphans.tool(root)
+    root.end()
+    idle = Agent()
+    with idle.prompt() as prompt:
+        idle.chat(prompt)
+    expected = {
+        "plain": "no span carries gen_ai.operation.name=invoke_agent/execute_tool",
+        "orphans": "missing an ancestor with gen_ai.operation.name=invoke_agent",
+        "idle": "missing gen_ai.operation.name=execute_tool",
+    }
+    for name, agent in (("plain", plain), ("orphans", orphans), ("idle", idle)):
+        path = _write(agent, tmp_path / f"{name}.jsonl")
+        code, report, err = _replay(capsys, path)
+        assert code == 0 and report["prompts"] == 0
+        assert err.count("\n") == 1, err
+        assert err.startswith(f"{path}: ") and expected[name] in err
+
+
+KINDS = ("plain", "chat", "tool", "named_tool", "invoke_agent", "acp_prompt")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(("start", "end")), st.sampled_from(KINDS), st.integers(0, 50)),
+        max_size=60,
+    )
+)
+def test_any_span_tree_leaves_no_state_and_never_raises(
+    steps: list[tuple[str, str, int]],
+) -> None:
+    agent = Agent()
+    attributes = {
+        "plain": {"db.system": "sqlite"},
+        "chat": {"gen_ai.operation.name": "chat"},
+        "tool": {"gen_ai.operation.name": "execute_tool", "error.type": "timeout"},
+        "named_tool": {"gen_ai.tool.name": "read", "gen_ai.tool.call.id": "x"},
+        "invoke_agent": {"gen_ai.operation.name": "invoke_agent"},
+        "acp_prompt": {"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "p"},
+    }
+    open_spans: list[Span] = []
+    started = 0
+    for action, kind, pick in steps:
+        if action == "start" or not open_spans:
+            parent = open_spans[pick % len(open_spans)] if open_spans and pick % 5 else None
+            span = agent.tracer.start_span(
+                kind,
+                context=None if parent is None else set_span_in_context(parent),
+                attributes=attributes[kind],
+            )
+            open_spans.append(span)
+            started += 1
+        else:
+            open_spans.pop(pick % len(open_spans)).end()
+    while open_spans:
+        open_spans.pop().end()
+    guard = agent.harness.guard
+    assert guard._genai_open == {}
+    assert "internal_error" not in guard.diagnostics()
+    assert sum(len(e.batch.observations) for e in agent.evaluations) <= started
+    assert {e.profile for e in agent.evaluations} <= {"genai", "acp"}
+
+
+def test_concurrent_prompts_on_many_threads_each_get_their_own_decisions() -> None:
+    agent = Agent()
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            with agent.prompt(f"conv-{index}") as prompt:
+                for _ in range(3):
+                    agent.chat(prompt)
+                    step = agent.span(prompt, "running tools")
+                    for _ in range(4):
+                        agent.tool(step)
+                    agent.span(step, "GET /").end()
+                    step.end()
+                agent.chat(prompt)
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    by_prompt: dict[str, list[str]] = {}
+    for evaluation in agent.evaluations:
+        by_prompt.setdefault(evaluation.prompt_id, []).append(evaluation.decision.kind)
+    assert by_prompt == {f"conv-{i}": ["tracked", "would_warn", "would_stop"] for i in range(8)}
+    assert agent.harness.guard.diagnostics() == {}
+    assert agent.harness.guard._genai_open == {}
