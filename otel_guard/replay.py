@@ -224,6 +224,8 @@ class GuardReport:
         self.timeline: dict[tuple[int, Group], Counter[str]] = {}
         self.traces = 0
         self.duplicate_spans = 0
+        self.skipped: Counter[str] = Counter()
+        """Requests of other signals skipped by the reader, by signal (set by the caller)."""
         self.violations: Counter[str] = Counter({name: 0 for name in INVARIANTS})
         self.diagnostics: dict[str, int] = {}
         self.bounds: Counter[str] = Counter({name: 0 for name in BOUNDS})
@@ -458,6 +460,7 @@ class GuardReport:
             "batch_threshold": self.batch_threshold,
             "traces": self.traces,
             "duplicate_spans": self.duplicate_spans,
+            "skipped": dict(self.skipped),
         }
         document.update(self.total)
         document["invariants"] = {name: self.violations[name] for name in INVARIANTS}

@@ -35,15 +35,19 @@ def replay_shard(
 ) -> ShardResult:
     """Read every span of ``files`` and replay the traces of shard ``index`` of ``count``."""
     replayer = Replayer(mode, shard=(index, count), **options)
+    reader = OtlpJsonReader(files)
     error: str | None = None
     interrupted = False
     try:
-        for line in OtlpJsonReader(files):
+        for line in reader:
             replayer.add(line.spans)
     except MalformedInput as malformed:
         error = str(malformed)
     except KeyboardInterrupt:
         interrupted = True
+    if index == 0:
+        # Every process reads every request: one of them counts the skipped ones, once.
+        replayer.report.skipped.update(reader.skipped)
     return ShardResult(replayer.finish().to_json(), error, interrupted)
 
 

@@ -166,3 +166,39 @@ def test_merge_writes_the_html_report_of_the_merged_shards(
         f"<td>prompts would_stop / stopped</td><td>{merged['prompts_would_stop']} / 0</td>" in text
     )
     assert text.count("window.PlotlyConfig") == 1 and "* plotly.js v" in text
+
+
+def test_requests_of_other_signals_are_reported_skipped_once_whatever_the_jobs(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = prompts_file.read_text(encoding="utf-8").splitlines()
+    log = '{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":{"stringValue":"x"}}]}]}]}'
+    mixed = tmp_path / "mixed.jsonl"
+    # Logs and metrics between the trace lines, as a Collector writing every signal to one file.
+    with open(mixed, "w", encoding="utf-8") as out:
+        for number, line in enumerate(lines):
+            out.write(line + "\n")
+            if number % 3 == 0:
+                out.write(log + "\n")
+            if number % 7 == 0:
+                out.write('{"resourceMetrics":[]}\n')
+    logs, metrics = len(range(0, len(lines), 3)), len(range(0, len(lines), 7))
+    expected = {"logs": logs, "metrics": metrics, "profiles": 0}
+    plain = replay_json(capsys, str(prompts_file))
+    assert plain["skipped"] == {"logs": 0, "metrics": 0, "profiles": 0}
+    one = replay_json(capsys, str(mixed))
+    assert one["skipped"] == expected
+    assert {k: v for k, v in one.items() if k not in ("skipped", "files")} == {
+        k: v for k, v in plain.items() if k not in ("skipped", "files")
+    }
+    for jobs in ("2", "3"):
+        assert replay_json(capsys, "--jobs", jobs, str(mixed)) == one
+    # Shards replayed apart (other files, other machines) add their counts up.
+    assert merge_reports([one, one])["skipped"] == {k: 2 * v for k, v in expected.items()}
+    assert main(["replay", str(mixed)]) == 0
+    text = capsys.readouterr().out
+    assert f"requests of other signals skipped (not traces): logs {logs}  metrics {metrics}\n" in (
+        text
+    )
+    assert main(["replay", str(prompts_file)]) == 0
+    assert "other signals skipped" not in capsys.readouterr().out
