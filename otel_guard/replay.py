@@ -20,9 +20,11 @@ Memory follows the open traces, not the input size: at most ``max_open_traces`` 
 (beyond it the oldest is replayed early) and at most ``max_trace_spans`` spans of one trace
 (beyond it the trace is replayed in parts); both count in the report's ``bounds``.
 
-A replayer can own one shard of the prompts (``shard=(index, count)``): it reads every span but
-replays only the traces whose prompt hashes to its index, so shards replayed apart add up to
-one replay (``docs/design.md``, "Replay report, what-if and shards").
+A replayer can own one shard of the prompts (``shard=(index, count)``): it replays only the
+traces whose prompt hashes to its index, and tells a reader which traces those are (it is an
+:class:`~otel_guard.otlp_json.Router`), so the spans of the others are not even built.
+Shards replayed apart add up to one replay (``docs/design.md``, "Replay report, what-if and
+shards").
 """
 
 from __future__ import annotations
