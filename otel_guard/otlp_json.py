@@ -607,7 +607,8 @@ def _resource_spans(
         append = spans.append
         for i, span in enumerate(_expect(scope_block.get("spans", []), list, f"{prefix}.spans")):
             if others and type(span) is dict:
-                trace_id = others.get(span.get("traceId"))  # type: ignore[arg-type]
+                text = span.get("traceId")
+                trace_id = others.get(text) if type(text) is str else None
                 if trace_id is not None:
                     # Another process replays this trace: not built, only its place kept (and,
                     # for a root, its trace ID, which times the trace's replay).

@@ -275,3 +275,23 @@ def test_a_malformed_span_of_another_shards_trace_stops_every_shard_at_its_line(
     assert 0 < one["spans"] < sum(len(json.loads(line)["resourceSpans"]) for line in lines) * 999
     for jobs in ("2", "3"):
         assert replay_status(capsys, "--jobs", jobs, str(broken)) == (code, one, err)
+
+
+def test_a_shard_describes_malformed_trace_ids_as_one_process_does(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = prompts_file.read_text(encoding="utf-8").splitlines()
+    request = json.loads(lines[3])
+    spans = request["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans[1]["traceId"] = [spans[1]["traceId"]]  # not even hashable
+    spans[-1]["traceId"] = "zz"
+    lines[3] = json.dumps(request)
+    broken = tmp_path / "ids.jsonl"
+    broken.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, one, err = replay_status(capsys, str(broken))
+    assert (code, err) == (
+        1,
+        f"{broken}:4: resourceSpans[0].scopeSpans[0].spans[1].traceId: expected 32 hex digits\n",
+    )
+    for jobs in ("2", "3"):
+        assert replay_status(capsys, "--jobs", jobs, str(broken)) == (code, one, err)
