@@ -174,7 +174,7 @@ _CALL_RECORD_BYTES: Final = 400
 
 
 class _OpenBatch:
-    __slots__ = ("bytes", "calls", "closed", "overflow", "prompt_id", "span_id")
+    __slots__ = ("bytes", "calls", "overflow", "prompt_id", "span_id")
 
     def __init__(self, prompt_id: str, span_id: int) -> None:
         self.prompt_id = prompt_id
@@ -184,7 +184,6 @@ class _OpenBatch:
         self.calls: list[_CallRecord] = []
         self.bytes = 0  # estimated bytes of ``calls``, counted against the shared budget
         self.overflow = False
-        self.closed = False
 
 
 _Tracked = _PromptSpan | _OpenBatch
@@ -513,7 +512,6 @@ class GuardSpanProcessor(SpanProcessor):
         while len(tracked) > self._max_tracked:
             _, oldest = tracked.popitem(last=False)
             if type(oldest) is _OpenBatch:
-                oldest.closed = True
                 self._release(oldest)
                 out.append(("diagnostic", "evicted", oldest.prompt_id, None))
             elif type(oldest) is _PromptSpan:
@@ -575,11 +573,27 @@ class GuardSpanProcessor(SpanProcessor):
             context = span.context
         if parent is None:
             return
-        batch = self._tracked.get(parent[_SPAN_ID])
+        out: list[_Emission] = []
+        # The batch is looked up under the lock that also ends batches, so a call and its batch
+        # span ending at once resolve one way or the other: the call is kept, or it is late.
+        with self._lock:
+            self._keep_call(attributes, parent[_SPAN_ID], start_time, context, out)
+        if out:
+            self._flush(out)
+
+    def _keep_call(
+        self,
+        attributes: Mapping[str, Any],
+        parent_id: int,
+        start_time: int | None,
+        context: SpanContext | None,
+        out: list[_Emission],
+    ) -> None:
+        batch = self._tracked.get(parent_id)
         if type(batch) is not _OpenBatch:
-            prompt_id = self._ended_batches.get(parent[_SPAN_ID])
+            prompt_id = self._ended_batches.get(parent_id)
             if prompt_id is not None:
-                self._flush([("diagnostic", "late_span", prompt_id, context)])
+                out.append(("diagnostic", "late_span", prompt_id, context))
             return  # an orphan: not under a batch span, not an observation
         # Only what the reducer needs is kept, so the span itself can be freed (SPEC section 4:
         # bounded in bytes). Values of the wrong type or absurd length are missing values.
@@ -614,43 +628,34 @@ class GuardSpanProcessor(SpanProcessor):
         )
         duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
         span_id = context[_SPAN_ID] if context is not None else 0
-        diagnostic: Diagnostic | None = None
-        out: list[_Emission] = []
-        with self._lock:
-            calls = batch.calls
-            if batch.closed:
-                diagnostic = "late_span"  # its batch span ended while this call was settling
-            elif batch.overflow:
-                return  # already incomplete and reported
-            elif len(calls) < self._max_calls:
-                if not calls:
-                    self._holding[batch.span_id] = batch
-                calls.append(
-                    (
-                        start_time or 0,
-                        len(calls),
-                        call_id,
-                        tool_name,
-                        tool_type,
-                        status,
-                        execution,
-                        error_type,
-                        duplicate,
-                        span_id,
-                    )
+        calls = batch.calls
+        if batch.overflow:
+            return  # already incomplete and reported
+        if len(calls) < self._max_calls:
+            if not calls:
+                self._holding[batch.span_id] = batch
+            calls.append(
+                (
+                    start_time or 0,
+                    len(calls),
+                    call_id,
+                    tool_name,
+                    tool_type,
+                    status,
+                    execution,
+                    error_type,
+                    duplicate,
+                    span_id,
                 )
-                batch.bytes += size
-                self._call_bytes += size
-                if self._call_bytes <= self._max_call_bytes:
-                    return
-                self._shed_call_data(out)
-            else:
-                batch.overflow = True  # incomplete; the calls kept so far stay for listeners
-                diagnostic = "batch_overflow"
-        if diagnostic is not None:
-            out.append(("diagnostic", diagnostic, batch.prompt_id, context))
-        if out:
-            self._flush(out)
+            )
+            batch.bytes += size
+            self._call_bytes += size
+            if self._call_bytes <= self._max_call_bytes:
+                return
+            self._shed_call_data(out)
+        else:
+            batch.overflow = True  # incomplete; the calls kept so far stay for listeners
+            out.append(("diagnostic", "batch_overflow", batch.prompt_id, context))
 
     def _shed_call_data(self, out: list[_Emission]) -> None:
         """Over the byte budget: the batches that have held call data longest give it up."""
@@ -729,7 +734,6 @@ class GuardSpanProcessor(SpanProcessor):
     def _end_batch(
         self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
     ) -> tuple[Transition | None, BatchEvaluation | None] | None:
-        batch.closed = True
         ended = self._ended_batches
         ended[context[_SPAN_ID]] = batch.prompt_id
         if len(ended) > _ENDED_BATCHES:

@@ -23,8 +23,10 @@ from otel_guard.reducer import (
     FailureKey,
     GuardInput,
     GuardState,
+    Mode,
     Observation,
     ResetReason,
+    effective_mode,
     parse_mode,
     reduce,
 )
@@ -446,6 +448,29 @@ def test_enforce_with_enforcement_disabled_behaves_as_warn() -> None:
 def test_unrecognised_mode_is_read_as_shadow() -> None:
     decisions = run(IDLE, *[batch(failures(4), mode="bogus")] * 3)
     assert [d.kind for d in decisions] == ["tracked", "would_warn", "would_stop"]
+
+
+@pytest.mark.parametrize("mode", [None, 3, ["enforce"], {"mode": "enforce"}])
+def test_mode_that_is_not_a_string_is_read_as_shadow_even_when_unhashable(mode: object) -> None:
+    inputs = [batch(failures(4))._replace(mode=mode)] * 3
+    decisions = run(IDLE, *inputs)  # type: ignore[arg-type]
+    assert [d.kind for d in decisions] == ["tracked", "would_warn", "would_stop"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "disabled", "effective"),
+    [
+        ("enforce", True, "warn"),
+        ("enforce", False, "enforce"),
+        ("warn", True, "warn"),
+        ("shadow", True, "shadow"),
+        ("off", True, "off"),
+    ],
+)
+def test_effective_mode_downgrades_only_enforce_and_only_once_disabled(
+    mode: Mode, disabled: bool, effective: Mode
+) -> None:
+    assert effective_mode(mode, disabled) == effective
 
 
 # --- latched and off ----------------------------------------------------------------------

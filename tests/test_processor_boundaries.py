@@ -1,0 +1,283 @@
+"""GuardSpanProcessor at its edges: exact bounds, spans that are not the SDK's own objects,
+prompts that outlive their state, and failures it must count rather than raise."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from harness import FAIL, OK, Call, Harness
+from opentelemetry._logs import NoOpLogger, NoOpLoggerProvider
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import set_span_in_context
+
+from otel_guard import BatchEvaluation, GuardSpanProcessor
+
+# -- construction ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bounds", "message"),
+    [
+        ({"max_prompts": 0}, "max_prompts must be at least 1"),
+        ({"prompt_ttl_seconds": 0}, "prompt_ttl_seconds must be positive"),
+        ({"prompt_ttl_seconds": -1.0}, "prompt_ttl_seconds must be positive"),
+        ({"max_calls_per_batch": 0}, "max_calls_per_batch must be at least 1"),
+    ],
+)
+def test_invalid_bounds_are_rejected_with_a_message_naming_them(
+    bounds: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as error:
+        GuardSpanProcessor(mode="shadow", **bounds)
+    assert str(error.value) == message
+
+
+def test_smallest_valid_bounds_are_accepted() -> None:
+    h = Harness(max_prompts=1, prompt_ttl_seconds=0.5, max_calls_per_batch=1)
+    h.batch("p", [FAIL])
+    assert h.guard.state("p") is not None
+
+
+# -- bounded tables -------------------------------------------------------------------------------
+
+
+def open_batch(h: Harness, prompt_id: str) -> None:
+    h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": prompt_id})  # never ends
+
+
+def test_open_spans_beyond_four_per_prompt_plus_one_batch_of_calls_are_evicted() -> None:
+    # max_prompts=2, max_calls_per_batch=1: room for 4 * 2 + 1 = 9 open prompt or batch spans.
+    h = Harness(max_prompts=2, max_calls_per_batch=1)
+    for i in range(9):
+        open_batch(h, f"p{i}")
+    assert h.guard.diagnostics() == {}
+    open_batch(h, "p9")
+    assert h.guard.diagnostics() == {"evicted": 1}
+    (record,) = h.logs()
+    assert (record.log_record.attributes or {})["prompt_id"] == "p0"
+
+
+def test_prompt_spans_evict_the_oldest_open_batch_span_too() -> None:
+    h = Harness(max_prompts=2, max_calls_per_batch=1)
+    open_batch(h, "b")
+    for _ in range(9):
+        h.start_prompt("p")  # the same prompt ID again: tracked spans grow, prompts do not
+    assert h.guard.diagnostics()["evicted"] == 1
+    (record,) = [
+        r for r in h.logs() if (r.log_record.attributes or {}).get("diagnostic") == "evicted"
+    ]
+    assert (record.log_record.attributes or {})["prompt_id"] == "b"
+
+
+def test_restarting_a_prompt_at_capacity_evicts_no_other_prompt() -> None:
+    h = Harness(max_prompts=2)
+    h.start_prompt("a")
+    h.start_prompt("b")
+    h.batch("b", [FAIL] * 4)
+    h.start_prompt("a")  # while the first is open: a collision, never an eviction
+    assert "evicted" not in h.guard.diagnostics()
+    state = h.guard.state("b")
+    assert state is not None and state.phase == "tracking"
+
+
+def test_prompt_span_ending_after_its_prompt_was_evicted_is_quiet() -> None:
+    h = Harness(max_prompts=1)
+    first = h.start_prompt("a")
+    h.start_prompt("b")
+    first.end()
+    assert h.guard.diagnostics() == {"evicted": 1}
+    assert h.guard.state("a") is None
+    assert h.guard.state("b") is not None
+
+
+def test_prompt_expires_once_inactive_for_exactly_the_ttl() -> None:
+    now = [0.0]
+    h = Harness(prompt_ttl_seconds=10.0, clock=lambda: now[0])
+    h.batch("a", [FAIL] * 4)
+    now[0] = 9.5
+    h.batch("b", [FAIL] * 4)
+    assert h.guard.diagnostics() == {}
+    now[0] = 10.0
+    h.batch("c", [FAIL] * 4)
+    assert h.guard.diagnostics() == {"expired": 1}
+    assert h.guard.state("a") is None
+    assert h.guard.state("b") is not None
+
+
+# -- spans that are not the SDK's own -------------------------------------------------------------
+
+
+class PublicOnlySpan:
+    """A span offering only ReadableSpan's public properties, none of the SDK's internals."""
+
+    def __init__(self, span: ReadableSpan, attributes: Any = ...) -> None:
+        self.inner = span
+        self.override = attributes
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def context(self) -> Any:
+        return self.inner.context
+
+    @property
+    def parent(self) -> Any:
+        return self.inner.parent
+
+    @property
+    def start_time(self) -> int | None:
+        return self.inner.start_time
+
+    @property
+    def end_time(self) -> int | None:
+        return self.inner.end_time
+
+    @property
+    def attributes(self) -> Any:
+        return self.inner.attributes if self.override is ... else self.override
+
+
+def recorded(span: ReadableSpan) -> ReadableSpan:
+    """The span as a reader of recorded data builds it: a plain dict of attributes."""
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=dict(span.attributes or {}),
+        start_time=span.start_time,
+        end_time=span.end_time,
+    )
+
+
+def live_run() -> tuple[list[ReadableSpan], list[tuple[Any, ...]]]:
+    seen: list[BatchEvaluation] = []
+    h = Harness(listener=seen.append)
+    prompt = h.start_prompt("p")
+    for calls in ([FAIL] * 4, [FAIL] * 4, [FAIL, OK], [FAIL] * 2):
+        h.batch("p", calls, parent=prompt)
+    late = h.batch("p", [FAIL] * 3, parent=prompt, leave_open=1)
+    late[0].end()
+    # Calls that end in the reverse of their start order.
+    batch_span = h.tracer.start_span(
+        "tool_batch", context=set_span_in_context(prompt), attributes={"acp.prompt.id": "p"}
+    )
+    context = set_span_in_context(batch_span)
+    first = h.tool_span(Call(error_type="timeout"), context)
+    second = h.tool_span(FAIL, context)
+    second.end()
+    first.end()
+    batch_span.set_attributes({"acp.batch.admitted": 2, "acp.input.reliable": True})
+    batch_span.end()
+    prompt.end()
+    return list(h.span_exporter.get_finished_spans()), [summary(e) for e in seen]
+
+
+def summary(evaluation: BatchEvaluation) -> tuple[Any, ...]:
+    return (evaluation.batch, evaluation.decision, evaluation.decision_value)
+
+
+def replay(spans: list[Any]) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+    seen: list[BatchEvaluation] = []
+    guard = GuardSpanProcessor(mode="shadow", listener=seen.append)
+    events = [(s.start_time, 0, i) for i, s in enumerate(spans)]
+    events += [(s.end_time, 1, i) for i, s in enumerate(spans)]
+    for _, ending, i in sorted(events):
+        if ending:
+            guard.on_end(spans[i])
+        else:
+            guard.on_start(spans[i])
+    return [summary(e) for e in seen], guard.diagnostics()
+
+
+def test_spans_built_from_recorded_data_are_evaluated_as_live_ones() -> None:
+    spans, expected = live_run()
+    assert [e[2] for e in expected] == [
+        "tracked",
+        "would_warn",
+        "reset",
+        "tracked",
+        "reset",
+        None,  # two keys from idle: mixed, nothing to reset
+    ]
+    assert [o.execution_error_type for o in expected[-1][0].observations] == [
+        "timeout",
+        "exit_nonzero",
+    ]
+    assert replay([recorded(s) for s in spans]) == (expected, {"late_span": 1})
+
+
+def test_spans_offering_only_the_public_span_interface_are_evaluated_as_live_ones() -> None:
+    spans, expected = live_run()
+    assert replay([PublicOnlySpan(s) for s in spans]) == (expected, {"late_span": 1})
+
+
+def test_a_call_without_a_start_time_counts_as_started_at_time_zero() -> None:
+    spans, _ = live_run()
+    batch = next(s for s in spans if s.name == "tool_batch")
+    calls = [s for s in spans if s.parent and s.parent.span_id == batch.context.span_id]
+    stamped, unstamped = recorded(calls[0]), recorded(calls[1])
+    stamped._start_time = 1  # recorded data with odd clocks: one call at time 1,
+    unstamped._start_time = None  # the other without a start time
+    seen: list[BatchEvaluation] = []
+    guard = GuardSpanProcessor(mode="shadow", listener=seen.append)
+    guard.on_start(recorded(batch))  # type: ignore[arg-type]
+    guard.on_end(stamped)
+    guard.on_end(unstamped)
+    guard.on_end(recorded(batch))
+    (evaluation,) = seen
+    ids = [o.call_id for o in evaluation.batch.observations]
+    assert ids == [
+        unstamped.attributes["gen_ai.tool.call.id"],  # type: ignore[index]
+        stamped.attributes["gen_ai.tool.call.id"],  # type: ignore[index]
+    ]
+
+
+def test_spans_without_attributes_or_context_are_ignored_quietly() -> None:
+    spans, _ = live_run()
+    without_attributes = [PublicOnlySpan(s, attributes=None) for s in spans]
+    assert replay(without_attributes) == ([], {})
+    guard = GuardSpanProcessor(mode="shadow")
+    guard.on_end(ReadableSpan(name="batch", context=None, attributes={"acp.prompt.id": "p"}))
+    assert guard.diagnostics() == {}
+
+
+# -- failures are counted, never raised -----------------------------------------------------------
+
+
+class _RaisingLogger(NoOpLogger):
+    def emit(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("log pipeline down")
+
+
+class _RaisingLoggerProvider(NoOpLoggerProvider):
+    def get_logger(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return _RaisingLogger(name)
+
+
+def test_failing_transition_telemetry_is_recorded_as_a_telemetry_error_metric() -> None:
+    h = Harness()
+    guard = GuardSpanProcessor(
+        mode="shadow", meter_provider=h.meter_provider, logger_provider=_RaisingLoggerProvider()
+    )
+    h.tracer_provider.add_span_processor(guard)
+    h.batch("p", [FAIL] * 4)
+    assert guard.diagnostics() == {"telemetry_error": 1}
+    assert h.diagnostic_counts() == {"telemetry_error": 1}
+
+
+def test_internal_error_logs_one_debug_line_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guard = GuardSpanProcessor(mode="shadow")
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.processor"):
+        guard.on_end(object())  # type: ignore[arg-type]
+    assert guard.diagnostics() == {"internal_error": 1}
+    (record,) = [r for r in caplog.records if r.name == "otel_guard.processor"]
+    assert record.levelno == logging.DEBUG
+    assert record.getMessage() == "otel_guard: internal error in the guard processor"
+    assert record.exc_info is None

@@ -1,0 +1,132 @@
+"""RedactingSpanExporter at its edges: dropped counts on events and links, the status text as a
+removed value, several deny patterns at once, and what it logs when it cannot export."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, Status, StatusCode
+
+from otel_guard import RedactingSpanExporter
+from otel_guard.redaction import REDACTED_SPAN_NAME
+
+
+def pipeline(
+    limits: SpanLimits | None = None, **options: object
+) -> tuple[TracerProvider, InMemorySpanExporter]:
+    out = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=limits)
+    provider.add_span_processor(SimpleSpanProcessor(RedactingSpanExporter(out, **options)))  # type: ignore[arg-type]
+    return provider, out
+
+
+def test_dropped_attribute_counts_of_events_and_links_survive_redaction() -> None:
+    limits = SpanLimits(max_event_attributes=1, max_link_attributes=1)
+    provider, out = pipeline(limits)
+    tracer = provider.get_tracer("agent")
+    other = tracer.start_span("other")
+    other.end()
+    link = Link(other.get_span_context(), {"a": 1, "b": 2, "c": 3})
+    with tracer.start_as_current_span("work", links=[link]) as span:
+        span.add_event("e", {"x": 1, "y": 2, "user.id": "u"})
+    exported = next(s for s in out.get_finished_spans() if s.name == "work")
+    (event,) = exported.events
+    (exported_link,) = exported.links
+    assert (event.dropped_attributes, exported_link.dropped_attributes) == (2, 2)
+    assert dict(event.attributes or {}) == {}  # the one kept, user.id, is removed
+    assert dict(exported_link.attributes or {}) == {"c": 3}
+
+
+def test_span_name_holding_the_status_description_is_replaced() -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("failed: disk full") as span:
+        span.set_status(Status(StatusCode.ERROR, "disk full"))
+    (exported,) = out.get_finished_spans()
+    assert exported.name == REDACTED_SPAN_NAME
+    assert exported.status.status_code is StatusCode.ERROR
+    assert exported.status.description is None
+
+
+def test_allow_list_with_several_deny_patterns_removes_every_match() -> None:
+    provider, out = pipeline(
+        allow_keys=["ticket.id", "ticket.body", "ticket.kind"],
+        extra_patterns=[r"ticket\.id", r"ticket\.body"],
+    )
+    with provider.get_tracer("agent").start_as_current_span("work") as span:
+        span.set_attributes({"ticket.id": "T-1", "ticket.body": "b", "ticket.kind": "bug"})
+    (exported,) = out.get_finished_spans()
+    assert dict(exported.attributes or {}) == {"ticket.kind": "bug"}
+
+
+class _Recording(SpanExporter):
+    def __init__(self) -> None:
+        self.flushes: list[int] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        raise ConnectionError("collector down")
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flushes.append(timeout_millis)
+        return True
+
+
+def test_force_flush_passes_the_default_timeout_on() -> None:
+    delegate = _Recording()
+    assert RedactingSpanExporter(delegate).force_flush() is True
+    assert delegate.flushes == [30000]
+
+
+class _Unreadable(ReadableSpan):
+    @property
+    def attributes(self) -> object:  # type: ignore[override]
+        raise RuntimeError("cannot read")
+
+
+def test_failures_are_logged_by_count_and_type_never_by_content(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exporter = RedactingSpanExporter(_Recording())
+    secret = ReadableSpan("secret-name", attributes={"k": "secret-value"})
+    with caplog.at_level(logging.WARNING, logger="otel_guard.redaction"):
+        result = exporter.export([_Unreadable("x"), _Unreadable("y"), secret])
+    assert result is SpanExportResult.FAILURE
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel_guard: dropped 2 span(s) that could not be redacted",
+        "otel_guard: span export failed (ConnectionError)",
+    ]
+    assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize(("value", "replaced"), [("abc", True), ("ab", False), ("abcd", True)])
+def test_removed_values_from_the_minimum_length_up_are_searched_in_the_name(
+    value: str, replaced: bool
+) -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span(f"run {value}") as span:
+        span.set_attribute("user.id", value)
+    (exported,) = out.get_finished_spans()
+    assert exported.name == (REDACTED_SPAN_NAME if replaced else f"run {value}")
+
+
+def test_a_removed_attribute_holding_numbers_does_not_stop_the_export() -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("work") as span:
+        span.set_attribute("user.id", [7, 8])
+        span.set_attribute("k", "v")
+    (exported,) = out.get_finished_spans()
+    assert (exported.name, dict(exported.attributes or {})) == ("work", {"k": "v"})
+
+
+def test_exported_event_attributes_are_read_only() -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("work") as span:
+        span.add_event("e", {"k": "v"})
+    (exported,) = out.get_finished_spans()
+    (event,) = exported.events
+    with pytest.raises(TypeError):
+        event.attributes["k"] = "changed"  # type: ignore[index]

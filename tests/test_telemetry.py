@@ -1,0 +1,213 @@
+"""GuardTelemetry on its own: instrument identity, log severities, and failing providers counted
+rather than raised (docs/contract.md section 5)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from opentelemetry._logs import NoOpLogger, NoOpLoggerProvider, SeverityNumber
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_guard.telemetry import (
+    DECISIONS_METRIC,
+    DIAGNOSTIC_EVENT,
+    DIAGNOSTICS_METRIC,
+    LOOP_EVENT,
+    SCOPE_NAME,
+    TRANSITION_EVENT,
+    GuardTelemetry,
+    Transition,
+)
+from otel_guard.version import __version__
+
+
+def transition(decision: Any = "tracked", **fields: Any) -> Transition:
+    values: dict[str, Any] = {
+        "prompt_id": "p",
+        "mode": "enforce",
+        "phase_before": "idle",
+        "phase_after": "tracking",
+        "decision": decision,
+        "failure_count": 4,
+        "batch_count": 1,
+        "candidate_ordinal": 1,
+        "reset_reason": None,
+        "tool_type": "native",
+        "execution_error_type": "exit_code",
+        "span_context": None,
+    }
+    values.update(fields)
+    return Transition(**values)
+
+
+class Pipeline:
+    def __init__(self) -> None:
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+        self.exporter = InMemoryLogRecordExporter()
+        self.logger_provider = LoggerProvider()
+        self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.exporter))
+        self.telemetry = GuardTelemetry(self.meter_provider, self.logger_provider)
+
+    def metrics(self) -> dict[str, Any]:
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        return {
+            metric.name: (scope.scope, metric)
+            for rm in data.resource_metrics
+            for scope in rm.scope_metrics
+            for metric in scope.metrics
+        }
+
+    def severities(self) -> list[tuple[str | None, SeverityNumber | None, str | None]]:
+        return [
+            (r.log_record.event_name, r.log_record.severity_number, r.log_record.severity_text)
+            for r in self.exporter.get_finished_logs()
+        ]
+
+
+def test_instruments_are_named_described_and_scoped_to_the_package() -> None:
+    pipeline = Pipeline()
+    pipeline.telemetry.transition(transition())
+    pipeline.telemetry.diagnostic("late_span")
+    found = pipeline.metrics()
+    described = {
+        name: (scope.name, scope.version, metric.unit, metric.description)
+        for name, (scope, metric) in found.items()
+    }
+    assert described == {
+        DECISIONS_METRIC: (
+            SCOPE_NAME,
+            __version__,
+            "{decision}",
+            "Repeated-tool-failure guard transitions.",
+        ),
+        DIAGNOSTICS_METRIC: (
+            SCOPE_NAME,
+            __version__,
+            "{diagnostic}",
+            "Repeated-tool-failure guard diagnostics.",
+        ),
+    }
+    assert pipeline.telemetry.errors == 0
+
+
+def test_logs_come_from_the_package_scope() -> None:
+    pipeline = Pipeline()
+    pipeline.telemetry.diagnostic("late_span")
+    (record,) = pipeline.exporter.get_finished_logs()
+    scope = record.instrumentation_scope
+    assert scope is not None
+    assert (scope.name, scope.version) == (SCOPE_NAME, __version__)
+
+
+def test_transitions_log_at_info_and_loops_and_diagnostics_at_warn() -> None:
+    pipeline = Pipeline()
+    assert pipeline.telemetry.transition(transition("stopped", phase_after="latched")) is True
+    assert pipeline.telemetry.diagnostic("evicted", "p") is True
+    assert pipeline.severities() == [
+        (TRANSITION_EVENT, SeverityNumber.INFO, "INFO"),
+        (LOOP_EVENT, SeverityNumber.WARN, "WARN"),
+        (DIAGNOSTIC_EVENT, SeverityNumber.WARN, "WARN"),
+    ]
+
+
+def test_reset_log_never_names_an_error_type_even_when_given_one() -> None:
+    pipeline = Pipeline()
+    pipeline.telemetry.transition(transition("reset", reset_reason="success"))
+    (record,) = pipeline.exporter.get_finished_logs()
+    attributes = dict(record.log_record.attributes or {})
+    assert "execution_error_type" not in attributes
+    assert attributes["reset_reason"] == "success"
+
+
+class _UnhashableMeterProvider(MeterProvider):
+    """A provider that cannot key a weak dictionary: the guard keeps counts of its own."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_provider_that_cannot_be_shared_still_gets_counts() -> None:
+    reader = InMemoryMetricReader()
+    telemetry = GuardTelemetry(_UnhashableMeterProvider(metric_readers=[reader]))
+    assert telemetry.transition(transition()) is True
+    assert telemetry.errors == 0
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = [
+        (metric.name, point.value)
+        for rm in data.resource_metrics
+        for scope in rm.scope_metrics
+        for metric in scope.metrics
+        for point in metric.data.data_points  # type: ignore[attr-defined]
+    ]
+    assert points == [(DECISIONS_METRIC, 1)]
+
+
+class _NoLoggerProvider(NoOpLoggerProvider):
+    def get_logger(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("no logger")
+
+
+class _LoopFailingLogger(NoOpLogger):
+    def emit(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("event_name") == LOOP_EVENT:
+            raise RuntimeError("loop sink down")
+
+
+class _LoopFailingLoggerProvider(NoOpLoggerProvider):
+    def get_logger(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return _LoopFailingLogger(name)
+
+
+def test_without_a_logger_transitions_are_counted_and_not_reported_as_failures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reader = InMemoryMetricReader()
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
+        telemetry = GuardTelemetry(MeterProvider(metric_readers=[reader]), _NoLoggerProvider())
+    assert telemetry.errors == 1
+    assert telemetry.transition(transition()) is True
+    assert telemetry.diagnostic("late_span") is True
+    assert telemetry.errors == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel_guard: telemetry emission failed (logger)"
+    ]
+
+
+def test_a_failing_meter_provider_is_one_error_named_meter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class _NoMeterProvider(MeterProvider):
+        def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("no meter")
+
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
+        telemetry = GuardTelemetry(_NoMeterProvider(), NoOpLoggerProvider())
+        assert telemetry.transition(transition()) is True
+    assert telemetry.errors == 1
+    (record,) = caplog.records
+    assert record.getMessage() == "otel_guard: telemetry emission failed (meter)"
+    assert record.levelno == logging.DEBUG
+    assert not record.exc_info  # no traceback
+
+
+def test_a_failing_loop_event_fails_its_transition_and_is_counted_each_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    telemetry = GuardTelemetry(MeterProvider(), _LoopFailingLoggerProvider())
+    stopped = transition("stopped", phase_after="latched")
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
+        assert telemetry.transition(transition()) is True
+        assert telemetry.transition(stopped) is False
+        assert telemetry.transition(stopped) is False
+    assert telemetry.errors == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"otel_guard: telemetry emission failed ({LOOP_EVENT})"
+    ] * 2
+    assert not any(r.exc_info for r in caplog.records)  # no traceback
