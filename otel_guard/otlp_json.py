@@ -57,6 +57,7 @@ __all__ = [
     "OtlpJsonReader",
     "OtlpJsonSpanExporter",
     "Router",
+    "Skipped",
     "SpanLine",
     "encode_request",
     "parse_request",
