@@ -7,6 +7,12 @@
 Each run is ``otel-guard replay --format json FILE`` in a fresh process (start-up included), the
 runs of different job counts interleaved so that a busy machine slows them alike; the medians
 are reported, with the CPU time of the run and its children. The reports must be identical.
+
+On a shared machine, wall time says more about the neighbours than about the replay. So each
+shard of ``--jobs N`` is also run alone, in a fresh process (start-up included), and its CPU
+time reported (the smallest of the runs, the least disturbed): with N cores to itself, the
+replay takes as long as its slowest shard, and ``one job CPU / slowest shard CPU`` is the
+speed-up the cores would give.
 """
 
 from __future__ import annotations
@@ -47,6 +53,22 @@ def _run(path: Path, jobs: int) -> tuple[float, float, dict[str, Any]]:
     return elapsed, _children_cpu() - cpu, report
 
 
+_SHARD = """
+import gc, sys
+from otel_guard.cli import _bulk_collection
+from otel_guard.shards import replay_shard
+with _bulk_collection():
+    replay_shard([sys.argv[1]], "shadow", {}, int(sys.argv[2]), int(sys.argv[3]))
+"""
+
+
+def _run_shard(path: Path, index: int, jobs: int) -> float:
+    cpu = _children_cpu()
+    command = [sys.executable, "-c", _SHARD, str(path), str(index), str(jobs)]
+    subprocess.run(command, check=True)
+    return _children_cpu() - cpu
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="50k spans, one run per job count")
@@ -64,10 +86,13 @@ def main() -> int:
         print(f"replay --jobs: {written:,} spans ({size:.0f} MiB OTLP/JSON), {cores} cores")
         times: dict[int, list[tuple[float, float]]] = {jobs: [] for jobs in args.jobs}
         reports: dict[int, dict[str, Any]] = {}
+        shard_cpu: dict[tuple[int, int], list[float]] = {}
         for _ in range(repeats):
             for jobs in args.jobs:
                 elapsed, cpu, reports[jobs] = _run(path, jobs)
                 times[jobs].append((elapsed, cpu))
+                for index in range(jobs if jobs > 1 else 0):
+                    shard_cpu.setdefault((jobs, index), []).append(_run_shard(path, index, jobs))
     base = None
     for jobs in args.jobs:
         wall = statistics.median(t[0] for t in times[jobs])
@@ -78,6 +103,14 @@ def main() -> int:
             f"  --jobs {jobs}: {wall:6.2f} s wall, {cpu:6.2f} s CPU, {rate:9,.0f} spans/s"
             f"  ({rate / base:.2f}x)"
         )
+    one_cpu = min(t[1] for t in times[1]) if 1 in times else None
+    for jobs in args.jobs:
+        if jobs == 1:
+            continue
+        cpus = [min(shard_cpu[jobs, index]) for index in range(jobs)]
+        shown = ", ".join(f"{cpu:.2f}" for cpu in cpus)
+        speedup = f" ({one_cpu / max(cpus):.2f}x one job's {one_cpu:.2f} s)" if one_cpu else ""
+        print(f"  --jobs {jobs}: each shard alone, CPU s: {shown}{speedup}")
     same = all(report == reports[args.jobs[0]] for report in reports.values())
     print(f"  reports identical: {same}")
     return 0 if same else 1

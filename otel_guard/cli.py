@@ -265,6 +265,7 @@ def _replay_files(
     finally:
         if progress is not None:
             progress.clear()
+    replayer.report.skipped.update(reader.skipped)
     return replayer.finish().to_json(), error, interrupted
 
 

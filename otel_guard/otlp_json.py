@@ -27,7 +27,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Protocol
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -43,6 +43,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
+from otel_guard import attributes as attr
 from otel_guard.trace_input import (
     DEFAULT_MAX_RECORD_BYTES,
     MalformedInput,
@@ -55,6 +56,8 @@ __all__ = [
     "MalformedInput",
     "OtlpJsonReader",
     "OtlpJsonSpanExporter",
+    "Router",
+    "Skipped",
     "SpanLine",
     "encode_request",
     "parse_request",
@@ -440,7 +443,7 @@ def parse_request(text: str | bytes) -> list[ReadableSpan]:
         raise ValueError(f"not a trace export request ({other.signal})") from None
 
 
-def _parse_request(data: bytes, interner: _Interner) -> list[ReadableSpan]:
+def _parse_request(data: bytes, interner: _Interner, router: Router | None = None) -> list[Any]:
     for prefix, signal in _OTHER_SIGNAL_PREFIXES:
         if data.startswith(prefix):  # skipped without decoding: log lines can be large
             raise _OtherSignal(signal)
@@ -450,33 +453,127 @@ def _parse_request(data: bytes, interner: _Interner) -> list[ReadableSpan]:
         # again by the standard library and judged on that, so both accept the same lines and
         # word the same errors.
         try:
-            return _request(_loads_fast(data), interner)
+            return _request(_loads_fast(data), interner, router)
         except (ValueError, _Shape):
             pass
-    return _request(_load(data), interner)
+    return _request(_load(data), interner, router)
 
 
-def _request(document: Any, interner: _Interner) -> list[ReadableSpan]:
+def _request(document: Any, interner: _Interner, router: Router | None = None) -> list[Any]:
     request = _expect(document, dict, "request")
     if "resourceSpans" not in request:
         for key, signal in _OTHER_SIGNALS.items():
             if key in request:
                 raise _OtherSignal(signal)
         raise _Shape("not a trace export request (no resourceSpans)")
-    return _request_spans(request, interner)
+    if router is None:
+        return _request_spans(request, interner, None)
+    others, decided = _route(request, router)
+    spans = _request_spans(request, interner, others)
+    for trace_id, owned in decided.items():  # the line is whole: its decisions hold
+        router.decide(trace_id, owned)
+    return spans
 
 
-def _request_spans(request: dict[str, Any], interner: _Interner) -> list[ReadableSpan]:
-    spans: list[ReadableSpan] = []
+def _request_spans(
+    request: dict[str, Any], interner: _Interner, others: dict[str, int] | None
+) -> list[Any]:
+    spans: list[Any] = []
     # IDs repeat within a line (every span of a trace, every child of a parent): each is read,
     # checked and turned into a SpanContext once per line.
     contexts: _Contexts = ({}, {})
     for r, resource_spans in enumerate(_expect(request["resourceSpans"], list, "resourceSpans")):
         try:
-            _resource_spans(resource_spans, interner, spans, contexts)
+            _resource_spans(resource_spans, interner, spans, contexts, others)
         except _Shape as error:
             raise error.within(f"resourceSpans[{r}]") from None
     return spans
+
+
+class Router(Protocol):
+    """Which traces a reader builds spans for, when a process replays one shard of them.
+
+    The reader asks :meth:`owner_of` for each trace of a line before it builds a span; a trace
+    that is not decided yet is decided by its first prompt key in the line (:meth:`owns_key`),
+    and the decisions of a line that decoded whole are handed back through :meth:`decide`.
+    """
+
+    def owner_of(self, trace_id: int) -> bool | None:
+        """Whether this process replays the trace; ``None`` while that is not decided."""
+
+    def owns_key(self, key: str) -> bool:
+        """Whether this process replays the prompt named ``key``."""
+
+    def decide(self, trace_id: int, owned: bool) -> None:
+        """Record the owner of a trace, decided by the prompt key of one of its spans."""
+
+
+def _route(request: dict[str, Any], router: Router) -> tuple[dict[str, int], dict[int, bool]]:
+    """The traces of this line that another process replays (trace ID text -> trace ID), and the
+    decisions this line makes (trace ID -> owned).
+
+    A first look at the decoded line, tolerant of any shape: what it cannot read it leaves
+    undecided, and the full reading then builds (or describes) it as without a router.
+    """
+    seen: dict[str, int] = {}  # trace ID text -> trace ID, or 0 when undecided and unreadable
+    others: dict[str, int] = {}
+    decided: dict[int, bool] = {}
+    undecided: set[str] = set()
+    blocks = request.get("resourceSpans")
+    for block in blocks if type(blocks) is list else ():
+        scopes = block.get("scopeSpans") if type(block) is dict else None
+        for scope in scopes if type(scopes) is list else ():
+            spans = scope.get("spans") if type(scope) is dict else None
+            for span in spans if type(spans) is list else ():
+                text = span.get("traceId") if type(span) is dict else None
+                if type(text) is not str:
+                    continue
+                if text in seen:
+                    if text not in undecided:
+                        continue
+                    trace_id = seen[text]
+                else:
+                    trace_id = seen[text] = _id_number(text, 16) or 0
+                    if not trace_id:
+                        continue
+                    owned = router.owner_of(trace_id)
+                    if owned is not None:
+                        if not owned:
+                            others[text] = trace_id
+                        continue
+                    undecided.add(text)
+                key = _raw_prompt_key(span.get("attributes"))
+                if key is not None:
+                    owned = decided[trace_id] = router.owns_key(key)
+                    undecided.discard(text)
+                    if not owned:
+                        others[text] = trace_id
+    return others, decided
+
+
+def _raw_prompt_key(entries: object) -> str | None:
+    """The prompt a span's undecoded attributes name, as the replay routes it: ``acp.prompt.id``,
+    or the conversation ID of an agent invocation."""
+    if type(entries) is not list:
+        return None
+    prompt = operation = conversation = None
+    for item in entries:
+        if type(item) is not dict:
+            continue
+        key = item.get("key")
+        if key == attr.PROMPT_ID or key == attr.OPERATION_NAME or key == attr.CONVERSATION_ID:
+            body = item.get("value")
+            value = body.get("stringValue") if type(body) is dict else None
+            text = value if type(value) is str else None
+            if key == attr.PROMPT_ID:
+                prompt = text
+            elif key == attr.OPERATION_NAME:
+                operation = text
+            else:
+                conversation = text
+    if prompt is not None:
+        return prompt
+    return conversation if operation == attr.INVOKE_AGENT else None
 
 
 # Per line: trace ID text -> trace ID, and span ID text -> the SpanContext last built for it.
@@ -484,7 +581,11 @@ _Contexts = tuple[dict[str, int], dict[str, SpanContext]]
 
 
 def _resource_spans(
-    value: object, interner: _Interner, spans: list[ReadableSpan], contexts: _Contexts
+    value: object,
+    interner: _Interner,
+    spans: list[Any],
+    contexts: _Contexts,
+    others: dict[str, int] | None,
 ) -> None:
     block = _expect(value, dict, "")
     resource_body = _expect(block.get("resource", {}), dict, ".resource")
@@ -506,6 +607,15 @@ def _resource_spans(
         )
         append = spans.append
         for i, span in enumerate(_expect(scope_block.get("spans", []), list, f"{prefix}.spans")):
+            if others and type(span) is dict:
+                text = span.get("traceId")
+                trace_id = others.get(text) if type(text) is str else None
+                if trace_id is not None:
+                    # Another process replays this trace: not built, only its place kept (and,
+                    # for a root, its trace ID, which times the trace's replay).
+                    parent = span.get("parentSpanId")
+                    append(trace_id if parent is None or parent == "" else None)
+                    continue
             read = _common_span(span, resource, scope, contexts)
             if read is None:
                 # Anything uncommon, valid or not, is read (or described) by the full reader.
@@ -746,13 +856,22 @@ _NO_STATUS: Final[dict[str, Any]] = {}
 _NO_ATTRIBUTES: Final[list[Any]] = []
 
 
+Skipped = int | None
+"""A span a reader with a :class:`Router` did not build: its trace ID when it is a root, else
+``None``."""
+
+
 @dataclass(frozen=True, slots=True)
 class SpanLine:
-    """The spans of one non-blank input line, and where it was read."""
+    """The spans of one non-blank input line, and where it was read.
+
+    With a :class:`Router`, a span of a trace another process replays is a :data:`Skipped`
+    placeholder, in its place.
+    """
 
     path: str
     line: int
-    spans: list[ReadableSpan]
+    spans: list[ReadableSpan | Skipped]
 
 
 class OtlpJsonReader:
@@ -762,7 +881,9 @@ class OtlpJsonReader:
     framing are recognised by content (:mod:`otel_guard.trace_input`). Progress is visible
     through :attr:`bytes_read` (bytes of the sources as stored) and :attr:`total_bytes` (0 for a
     pipe, whose size is unknown). Requests of other signals are skipped and counted in
-    :attr:`skipped`. Iteration raises :class:`MalformedInput` at the first unreadable source or
+    :attr:`skipped`. With a ``router`` (:class:`Router`), spans of traces another process
+    replays are not built; ``stop`` (index of the source, line) ends the input before that line.
+    Iteration raises :class:`MalformedInput` at the first unreadable source or
     malformed request; the lines already yielded stay valid.
     """
 
@@ -772,8 +893,14 @@ class OtlpJsonReader:
         *,
         stdin: IO[bytes] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        router: Router | None = None,
+        stop: tuple[int, int] | None = None,
     ) -> None:
         self.paths = list(paths)
+        self.source_index = 0
+        """The index in :attr:`paths` of the source being read."""
+        self._router = router
+        self._stop = stop  # (source index, line): where another reading found an error
         self.total_bytes = sum(source_size(p) for p in self.paths)
         self.bytes_read = 0
         self.skipped: Counter[str] = Counter()
@@ -789,10 +916,13 @@ class OtlpJsonReader:
 
     def __iter__(self) -> Iterator[SpanLine]:
         done = 0
-        for path in self.paths:
+        for index, path in enumerate(self.paths):
+            self.source_index = index
             source = Source(path, stdin=self._stdin, max_record_bytes=self._max_record_bytes)
             try:
                 for record in source.records():
+                    if self._stop is not None and (index, record.number) >= self._stop:
+                        return  # not even decoded: a router's decisions stay as they were
                     self.bytes_read = done + source.consumed
                     spans = self._spans(path, record)
                     if spans is not None:
@@ -801,13 +931,13 @@ class OtlpJsonReader:
                 done += source.consumed
                 self.bytes_read = done
 
-    def _spans(self, path: str, record: Record) -> list[ReadableSpan] | None:
+    def _spans(self, path: str, record: Record) -> list[ReadableSpan | Skipped] | None:
         try:
             if record.kind == "json":
-                return _parse_request(record.data, self._interner)
+                return _parse_request(record.data, self._interner, self._router)
             from otel_guard.otlp_proto import parse_proto_request  # protobuf only when needed
 
-            return parse_proto_request(record.data, self._interner)
+            return list(parse_proto_request(record.data, self._interner))
         except _Shape as error:
             raise MalformedInput(path, record.number, str(error)) from None
         except _OtherSignal as other:

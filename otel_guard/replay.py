@@ -20,9 +20,11 @@ Memory follows the open traces, not the input size: at most ``max_open_traces`` 
 (beyond it the oldest is replayed early) and at most ``max_trace_spans`` spans of one trace
 (beyond it the trace is replayed in parts); both count in the report's ``bounds``.
 
-A replayer can own one shard of the prompts (``shard=(index, count)``): it reads every span but
-replays only the traces whose prompt hashes to its index, so shards replayed apart add up to
-one replay (``docs/design.md``, "Replay report, what-if and shards").
+A replayer can own one shard of the prompts (``shard=(index, count)``): it replays only the
+traces whose prompt hashes to its index, and tells a reader which traces those are (it is an
+:class:`~otel_guard.otlp_json.Router`), so the spans of the others are not even built.
+Shards replayed apart add up to one replay (``docs/design.md``, "Replay report, what-if and
+shards").
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
 from otel_guard import attributes as attr
+from otel_guard.otlp_json import Skipped
 from otel_guard.processor import BatchEvaluation, GuardSpanProcessor, Profile
 from otel_guard.reducer import (
     BATCH_THRESHOLD,
@@ -225,6 +228,8 @@ class GuardReport:
         self.timeline: dict[tuple[int, Group], Counter[str]] = {}
         self.traces = 0
         self.duplicate_spans = 0
+        self.skipped: Counter[str] = Counter()
+        """Requests of other signals skipped by the reader, by signal (set by the caller)."""
         self.violations: Counter[str] = Counter({name: 0 for name in INVARIANTS})
         self.diagnostics: dict[str, int] = {}
         self.bounds: Counter[str] = Counter({name: 0 for name in BOUNDS})
@@ -464,6 +469,7 @@ class GuardReport:
             "batch_threshold": self.batch_threshold,
             "traces": self.traces,
             "duplicate_spans": self.duplicate_spans,
+            "skipped": dict(self.skipped),
         }
         document.update(self.total)
         document["invariants"] = {name: self.violations[name] for name in INVARIANTS}
@@ -747,8 +753,12 @@ class Replayer:
         # Recently replayed traces: whether this replayer owned them, and their span IDs.
         self._replayed: OrderedDict[int, tuple[bool, set[int]]] = OrderedDict()
         self._remembered = 0
+        # Shards: owners decided by a prompt key before the trace was replayed (Router).
+        self._decided: dict[int, bool] = {}
 
-    def add(self, spans: Iterable[ReadableSpan]) -> None:
+    def add(self, spans: Iterable[ReadableSpan | Skipped]) -> None:
+        """Buffer spans as read; a :data:`~otel_guard.otlp_json.Skipped` placeholder (a span of
+        a trace another shard replays, not built) only takes its place in the read order."""
         traces = self._traces
         finished = self._finished
         window = self._window
@@ -757,6 +767,11 @@ class Replayer:
             for span in spans:
                 # The fields every ReadableSpan sets, read directly: each property is a call.
                 read += 1
+                if span is None:
+                    continue
+                if isinstance(span, int):  # the root of a trace another shard replays
+                    finished.append((span, read + window))
+                    continue
                 context = span._context
                 if context is None:
                     trace_id, span_id = 0, None
@@ -824,17 +839,46 @@ class Replayer:
         for trace_id in sorted(started, key=started.__getitem__):
             self._replay(trace_id)
 
+    # -- shards: the Router of the reader (otel_guard.otlp_json) ---------------------------
+
+    def owner_of(self, trace_id: int) -> bool | None:
+        """Whether this replayer replays the trace, if that is decided already."""
+        if self._shard is None:
+            return True
+        remembered = self._replayed.get(trace_id)
+        if remembered is not None:
+            return remembered[0]
+        return self._decided.get(trace_id)
+
+    def owns_key(self, key: str) -> bool:
+        """Whether this replayer replays the prompt named ``key``."""
+        return self._owns_bytes(key.encode("utf-8", "replace"))
+
+    def decide(self, trace_id: int, owned: bool) -> None:
+        """Record the owner of a trace not yet replayed, decided by its first prompt key."""
+        if self._shard is not None and trace_id not in self._replayed:
+            self._decided.setdefault(trace_id, owned)
+
+    def _owns_bytes(self, key: bytes) -> bool:
+        if self._shard is None:
+            return True
+        index, count = self._shard
+        return zlib.crc32(key) % count == index
+
     def _owns(self, trace_id: int, trace: _Trace) -> bool:
         if self._shard is None:
             return True
         remembered = self._replayed.get(trace_id)
         if remembered is not None:
             return remembered[0]  # a later part of a trace goes where its first part went
+        decided = self._decided.pop(trace_id, None)
+        if decided is not None:
+            return decided  # by the first prompt key the reader found for it
         # The first prompt named in read order: the same in every process, found early.
         named = next((k for k in map(_prompt_key, trace.spans_read()) if k is not None), None)
-        key = trace_id.to_bytes(16, "big") if named is None else named.encode("utf-8", "replace")
-        index, count = self._shard
-        return zlib.crc32(key) % count == index
+        if named is not None:
+            return self.owns_key(named)
+        return self._owns_bytes(trace_id.to_bytes(16, "big"))
 
     def _remember(self, trace_id: int, owner: bool, span_ids: Iterable[int]) -> None:
         ids = set(span_ids)
@@ -859,6 +903,11 @@ class Replayer:
     def _replay(self, trace_id: int, bound: str | None = None) -> None:
         trace = self._traces.pop(trace_id, None)
         if trace is None:
+            decided = self._decided.pop(trace_id, None)
+            if decided is not None:
+                # A trace of another shard, none of whose spans was built: a later part of it
+                # goes there too.
+                self._remember(trace_id, decided, ())
             return  # already replayed (a second root, or a bound)
         owner = self._owns(trace_id, trace)
         self._remember(trace_id, owner, trace.spans)

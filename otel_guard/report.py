@@ -38,6 +38,7 @@ __all__ = [
     "SAMPLES",
     "SAMPLE_LIMIT",
     "SAVED_KEYS",
+    "SIGNALS",
     "TIMELINE_LIMIT",
     "ReportMismatch",
     "day_of",
@@ -75,6 +76,9 @@ HISTORY_LIMIT: Final = 32
 SAMPLES: Final = ("warned_prompts", "would_stop_prompts", "stopped_prompts")
 
 SAVED_KEYS: Final = ("tool_calls", "model_calls", "input_tokens", "output_tokens")
+
+SIGNALS: Final = ("logs", "metrics", "profiles")
+"""Other signals whose requests (lines or frames) a replay skips and counts (``skipped``)."""
 
 BOUNDS: Final[Mapping[str, str]] = {
     "trace_spans": "a trace was replayed in parts: more of its spans buffered than the bound",
@@ -188,6 +192,13 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {key: first.get(key) for key in settings}
     merged["traces"] = sum(int(d.get("traces", 0)) for d in documents)
     merged["duplicate_spans"] = sum(int(d.get("duplicate_spans", 0)) for d in documents)
+    skipped = {signal: 0 for signal in SIGNALS}
+    for document in documents:
+        _add(skipped, document.get("skipped", {}))
+    # The known signals in their order, then any other a newer reader counted, by name.
+    merged["skipped"] = {
+        signal: skipped[signal] for signal in (*SIGNALS, *sorted(set(skipped) - set(SIGNALS)))
+    }
     total = empty_tally()
     for document in documents:
         _add(total, _tally_of(document))
@@ -430,6 +441,10 @@ def render_text(document: Mapping[str, Any]) -> str:
         f"  prompts read from batch spans (acp) {profiles.get('acp', 0)},"
         f" from GenAI conventions (genai) {profiles.get('genai', 0)}"
     )
+    skipped = document.get("skipped", {})
+    if any(skipped.values()):
+        shown = _counts_text(skipped, skipped)
+        lines.append(f"  requests of other signals skipped (not traces): {printable(shown)}")
     for name in SAMPLES:
         sample = document.get(name, [])
         if sample:

@@ -79,6 +79,10 @@ class Instance:
     no_stop: str | None = None  # why no stop may come any more
     # The instance's previous batch: (host, kind, whether that host took a reminder from it).
     last: tuple[int, str, bool] | None = None
+    # The host that took the reminder of the current candidate: a batch that decides nothing
+    # (another tool's success, say) may stand between the reminder and the stop.
+    reminded_host: int | None = None
+    reminded_key: object = None  # the failure key of the batch whose reminder was taken
 
 
 @dataclass
@@ -136,6 +140,12 @@ class GuardUnderStateLoss(RuleBasedStateMachine):
             ):
                 instance.no_stop = instance.no_stop or "state lost"
                 self.lost += 1
+            if (
+                event == TRANSITION_EVENT
+                and attributes["decision"] in ("reset", "tracked")
+                and instance is not None
+            ):
+                instance.reminded_host = None  # a new candidate, or none: its reminder is gone
             if event == TRANSITION_EVENT and attributes["decision"] == "stopped":
                 assert instance is not None and batch_host is not None and kind is not None
                 self._check_stop(instance, batch_host, kind)
@@ -145,10 +155,9 @@ class GuardUnderStateLoss(RuleBasedStateMachine):
         self.stops += 1
         assert instance.no_stop is None, f"stop after {instance.no_stop}"
         assert kind in KEY_OF and instance.last is not None
-        previous_host, previous_kind, reminded = instance.last
-        assert previous_host == host.number, "stop for a host that did not send the warned batch"
-        assert reminded, "stop without a taken reminder for the candidate"
-        assert KEY_OF.get(previous_kind) == KEY_OF[kind], "stop for another candidate"
+        assert instance.reminded_host is not None, "stop without a taken reminder for the candidate"
+        assert instance.reminded_host == host.number, "stop for a host that took no reminder"
+        assert instance.reminded_key == KEY_OF[kind], "stop for another candidate"
 
     def _observations(self) -> int:
         return sum(value for _, value in self.harness.points(OBSERVATIONS_METRIC))
@@ -238,6 +247,9 @@ class GuardUnderStateLoss(RuleBasedStateMachine):
         reminded = action is not None and action.kind == "reminder"
         if self.instances.get(host.prompt_id) is instance:
             instance.last = (host.number, kind, reminded)
+            if reminded:
+                instance.reminded_host = host.number
+                instance.reminded_key = KEY_OF.get(kind)
 
     @rule(seconds=st.sampled_from([1.0, 30.0, TTL + 1]))
     def advance_time(self, seconds: float) -> None:

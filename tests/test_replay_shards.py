@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from harness import FAIL, OK, Call, Harness
+from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_guard.cli import main
 from otel_guard.otlp_json import encode_request
@@ -166,3 +167,131 @@ def test_merge_writes_the_html_report_of_the_merged_shards(
         f"<td>prompts would_stop / stopped</td><td>{merged['prompts_would_stop']} / 0</td>" in text
     )
     assert text.count("window.PlotlyConfig") == 1 and "* plotly.js v" in text
+
+
+def test_requests_of_other_signals_are_reported_skipped_once_whatever_the_jobs(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = prompts_file.read_text(encoding="utf-8").splitlines()
+    log = '{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":{"stringValue":"x"}}]}]}]}'
+    mixed = tmp_path / "mixed.jsonl"
+    # Logs and metrics between the trace lines, as a Collector writing every signal to one file.
+    with open(mixed, "w", encoding="utf-8") as out:
+        for number, line in enumerate(lines):
+            out.write(line + "\n")
+            if number % 3 == 0:
+                out.write(log + "\n")
+            if number % 7 == 0:
+                out.write('{"resourceMetrics":[]}\n')
+    logs, metrics = len(range(0, len(lines), 3)), len(range(0, len(lines), 7))
+    expected = {"logs": logs, "metrics": metrics, "profiles": 0}
+    plain = replay_json(capsys, str(prompts_file))
+    assert plain["skipped"] == {"logs": 0, "metrics": 0, "profiles": 0}
+    one = replay_json(capsys, str(mixed))
+    assert one["skipped"] == expected
+    assert {k: v for k, v in one.items() if k not in ("skipped", "files")} == {
+        k: v for k, v in plain.items() if k not in ("skipped", "files")
+    }
+    for jobs in ("2", "3"):
+        assert replay_json(capsys, "--jobs", jobs, str(mixed)) == one
+    # Shards replayed apart (other files, other machines) add their counts up.
+    assert merge_reports([one, one])["skipped"] == {k: 2 * v for k, v in expected.items()}
+    assert main(["replay", str(mixed)]) == 0
+    text = capsys.readouterr().out
+    assert f"requests of other signals skipped (not traces): logs {logs}  metrics {metrics}\n" in (
+        text
+    )
+    assert main(["replay", str(prompts_file)]) == 0
+    assert "other signals skipped" not in capsys.readouterr().out
+
+
+def replay_status(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    code = main(["replay", "--format", "json", *argv])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.err
+
+
+@pytest.mark.parametrize("per_line", [1, 2, 50])
+def test_traces_spread_over_lines_before_their_prompt_is_named_are_replayed_alike(
+    per_line: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One span a line: a trace's tool spans are read lines before the batch span naming its
+    # prompt, so a process builds them before it knows whose they are.
+    path = write_prompts(tmp_path / f"spread-{per_line}.jsonl", 12, per_line=per_line)
+    one = replay_json(capsys, str(path))
+    assert one["prompts"] == 12 and one["prompts_would_stop"] == 9
+    for jobs in ("2", "3"):
+        assert replay_json(capsys, "--jobs", jobs, str(path)) == one
+
+
+def test_a_shard_builds_only_the_spans_of_its_own_traces(prompts_file: Path) -> None:
+    from otel_guard.otlp_json import OtlpJsonReader
+    from otel_guard.replay import Replayer
+
+    total = sum(len(line.spans) for line in OtlpJsonReader([str(prompts_file)]))
+    built = []
+    for index in (0, 1):
+        replayer = Replayer("shadow", shard=(index, 2))
+        count = 0
+        for line in OtlpJsonReader([str(prompts_file)], router=replayer):
+            count += sum(1 for span in line.spans if isinstance(span, ReadableSpan))
+            replayer.add(line.spans)
+        report = replayer.finish()
+        built.append(count)
+        # It replays only spans it built; it builds the others only while their trace names
+        # no prompt yet (here, tool spans read in lines before their batch span).
+        assert report.total["spans"] <= count
+    assert all(0 < count < total for count in built)
+    assert sum(built) < 1.3 * total, (built, total)
+
+
+def test_a_malformed_span_of_another_shards_trace_stops_every_shard_at_its_line(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = prompts_file.read_text(encoding="utf-8").splitlines()
+    middle = len(lines) // 2
+    request = json.loads(lines[middle])
+    spans = request["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    # A span of a trace whose prompt the line names: the shard that does not own it skips it.
+    named = {
+        span["traceId"]
+        for span in spans
+        if any(entry["key"] == "acp.prompt.id" for entry in span.get("attributes", []))
+    }
+    index = next(i for i, span in enumerate(spans) if span["traceId"] in named)
+    spans[index]["kind"] = "SPAN_KIND_BOGUS"
+    lines[middle] = json.dumps(request)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    message = (
+        f"{broken}:{middle + 1}: resourceSpans[0].scopeSpans[0].spans[{index}].kind:"
+        " unknown name 'SPAN_KIND_BOGUS'"
+    )
+    # Alone, the shard that does not own the trace reads past the line; the other stops there.
+    alone = [replay_shard([str(broken)], "shadow", {}, i, 2) for i in (0, 1)]
+    assert sorted(str(result.error) for result in alone) == sorted([message, "None"])
+    code, one, err = replay_status(capsys, str(broken))
+    assert (code, err) == (1, message + "\n") and one["error"] == message
+    assert 0 < one["spans"] < sum(len(json.loads(line)["resourceSpans"]) for line in lines) * 999
+    for jobs in ("2", "3"):
+        assert replay_status(capsys, "--jobs", jobs, str(broken)) == (code, one, err)
+
+
+def test_a_shard_describes_malformed_trace_ids_as_one_process_does(
+    prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = prompts_file.read_text(encoding="utf-8").splitlines()
+    request = json.loads(lines[3])
+    spans = request["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans[1]["traceId"] = [spans[1]["traceId"]]  # not even hashable
+    spans[-1]["traceId"] = "zz"
+    lines[3] = json.dumps(request)
+    broken = tmp_path / "ids.jsonl"
+    broken.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, one, err = replay_status(capsys, str(broken))
+    assert (code, err) == (
+        1,
+        f"{broken}:4: resourceSpans[0].scopeSpans[0].spans[1].traceId: expected 32 hex digits\n",
+    )
+    for jobs in ("2", "3"):
+        assert replay_status(capsys, "--jobs", jobs, str(broken)) == (code, one, err)
