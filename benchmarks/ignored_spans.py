@@ -4,7 +4,7 @@ Run from the repository root after ``pip install .``::
 
     python benchmarks/ignored_spans.py           # a few seconds
     python benchmarks/ignored_spans.py --quick   # indicative only
-    python benchmarks/ignored_spans.py --baseline OLD/otel_guard/processor.py
+    python benchmarks/ignored_spans.py --baseline OLD/otel_guard/guard/processor.py
 
 ``--baseline`` loads another version's ``processor.py`` beside this one and measures both in the
 same run (its imports must resolve in this ``otel_guard``), so before and after are compared

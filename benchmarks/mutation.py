@@ -55,7 +55,7 @@ TARGETS: dict[str, Target] = {
         600,
     ),
     "processor": Target(
-        ("otel_guard/processor.py",),
+        ("otel_guard/guard/processor.py",),
         (
             "tests/test_processor.py",
             "tests/test_processor_robustness.py",
@@ -67,7 +67,7 @@ TARGETS: dict[str, Target] = {
         1800,
     ),
     "telemetry": Target(
-        ("otel_guard/telemetry.py",),
+        ("otel_guard/guard/telemetry.py",),
         (
             "tests/test_telemetry.py",
             "tests/test_processor.py",
@@ -77,7 +77,7 @@ TARGETS: dict[str, Target] = {
         1200,
     ),
     "redaction": Target(
-        ("otel_guard/redaction.py", "otel_guard/sensitive.py"),
+        ("otel_guard/privacy/redaction.py", "otel_guard/privacy/sensitive.py"),
         (
             "tests/test_redaction.py",
             "tests/test_redaction_edges.py",
@@ -87,7 +87,7 @@ TARGETS: dict[str, Target] = {
         1200,
     ),
     "readers": Target(
-        ("otel_guard/otlp_json.py",),
+        ("otel_guard/replay/otlp_json.py",),
         (
             "tests/test_otlp_json.py",
             "tests/test_otlp_json_errors.py",

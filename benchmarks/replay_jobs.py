@@ -56,7 +56,7 @@ def _run(path: Path, jobs: int) -> tuple[float, float, dict[str, Any]]:
 _SHARD = """
 import gc, sys
 from otel_guard.cli import _bulk_collection
-from otel_guard.shards import replay_shard
+from otel_guard.replay.shards import replay_shard
 with _bulk_collection():
     replay_shard([sys.argv[1]], "shadow", {}, int(sys.argv[2]), int(sys.argv[3]))
 """

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workload
 
 from otel_guard import GuardSpanProcessor
-from otel_guard.processor import DEFAULT_MAX_PROMPTS
+from otel_guard.guard.processor import DEFAULT_MAX_PROMPTS
 from otel_guard.version import __version__ as guard_version
 
 RESOURCE = Resource.create({"service.name": "agent"})
@@ -83,7 +83,7 @@ class FloorProcessor(SpanProcessor):
 
 # The fused dispatch exists from this version on; the benchmarks also run on older checkouts.
 try:
-    from otel_guard.dispatch import GuardFirstSpanProcessor
+    from otel_guard.guard.dispatch import GuardFirstSpanProcessor
 except ImportError:  # pragma: no cover - an older checkout
     GuardFirstSpanProcessor = None  # type: ignore[assignment,misc]
 
@@ -559,7 +559,7 @@ def _timed_replay(path: Path) -> tuple[float, float, float | None, dict[str, Any
 
 
 def measure_replay(min_spans: int, repeats: int) -> Replay | None:
-    if importlib.util.find_spec("otel_guard.replay") is None:
+    if importlib.util.find_spec("otel_guard.replay.replayer") is None:
         return None
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "spans.jsonl"
@@ -620,7 +620,7 @@ def _report_replay(spans: int, repeats: int, figures: dict[str, Any]) -> None:
     print("6. Replay: otel-guard replay --format json FILE, pinned to one core")
     replay = measure_replay(spans, repeats)
     if replay is None:
-        print("   not available (this version has no otel_guard.replay)")
+        print("   not available (this version has no otel_guard.replay.replayer)")
         figures["replay"] = None
         return
     peak = "unknown" if replay.peak_rss_mib is None else f"{replay.peak_rss_mib:.0f} MiB"

@@ -20,15 +20,15 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
-from otel_guard.otlp_json import MalformedInput, OtlpJsonReader
 from otel_guard.reducer import BATCH_THRESHOLD, THRESHOLD, parse_mode
-from otel_guard.replay import (
+from otel_guard.replay.otlp_json import MalformedInput, OtlpJsonReader
+from otel_guard.replay.replayer import (
     DEFAULT_MAX_OPEN_TRACES,
     DEFAULT_MAX_TRACE_SPANS,
     SWEEP_THRESHOLDS,
     Replayer,
 )
-from otel_guard.report import (
+from otel_guard.replay.report import (
     BOUNDS,
     DAY_LIMIT,
     GROUP_LIMIT,
@@ -272,7 +272,7 @@ def _replay_files(
 def _replay_sharded(
     mode: str, options: dict[str, Any], files: Sequence[str], jobs: int
 ) -> tuple[dict[str, Any], str | None, bool]:
-    from otel_guard.shards import replay_sharded
+    from otel_guard.replay.shards import replay_sharded
 
     if "-" not in files:
         return replay_sharded(files, mode, options, jobs)
@@ -305,7 +305,7 @@ def _print_bounds(document: dict[str, Any]) -> None:
 
 def _output(document: dict[str, Any], output_format: str, html: str | None, status: int) -> int:
     if html is not None:
-        from otel_guard.report_html import render_html
+        from otel_guard.replay.report_html import render_html
 
         try:
             with open(html, "w", encoding="utf-8") as stream:

@@ -25,9 +25,8 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME, SERVICE_VERSION
 from opentelemetry.trace import Tracer
 
-from otel_guard.otlp_json import OtlpJsonSpanExporter
-from otel_guard.processor import BatchEvaluation, GuardAction
-from otel_guard.producer import (
+from otel_guard.guard.processor import BatchEvaluation, GuardAction
+from otel_guard.integrations.producer import (
     ExecutionStatus,
     PromptScope,
     TerminalStatus,
@@ -35,7 +34,8 @@ from otel_guard.producer import (
     ToolType,
     prompt_span,
 )
-from otel_guard.replay import GuardPipeline, GuardReport
+from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
+from otel_guard.replay.replayer import GuardPipeline, GuardReport
 
 __all__ = ["SESSIONS", "Call", "Session", "Turn", "run_demo"]
 
@@ -151,7 +151,10 @@ SESSIONS: tuple[Session, ...] = (
 
 
 class _Agent:
-    """The span-producing side of the simulated agent, written with :mod:`otel_guard.producer`."""
+    """The span-producing side of the simulated agent.
+
+    Written with :mod:`otel_guard.integrations.producer`.
+    """
 
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer

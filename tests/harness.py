@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Span, Tracer, set_span_in_context
 
 from otel_guard import GuardSpanProcessor
-from otel_guard.dispatch import guarded_tracer_provider
-from otel_guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC
+from otel_guard.guard.dispatch import guarded_tracer_provider
+from otel_guard.guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC
 
 RESOURCE = Resource.create({"service.name": "agent", "service.version": "9.9.9"})
 
@@ -56,7 +56,7 @@ class Harness:
             **guard_kwargs,
         )
         self.span_exporter = InMemorySpanExporter()
-        # fused: the guard's not-mine test in the provider's dispatch (otel_guard.dispatch)
+        # fused: the guard's not-mine test in the provider's dispatch (otel_guard.guard.dispatch)
         self.tracer_provider = guarded_tracer_provider(self.guard, resource=RESOURCE, fused=fused)
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.span_exporter))
         self.tracer: Tracer = self.tracer_provider.get_tracer("agent")

@@ -52,7 +52,7 @@ AGENT = textwrap.dedent(
                 pass
 
     def summary(installation, **more):
-        from otel_guard.processor import GuardSpanProcessor
+        from otel_guard.guard.processor import GuardSpanProcessor
         provider = trace.get_tracer_provider()
         active = getattr(provider, "_active_span_processor", None)
         processors = getattr(active, "_span_processors", ())
@@ -245,7 +245,7 @@ def test_another_non_sdk_global_provider_is_reported_not_silently_kept(tmp_path:
 # -- zero-code start under the real opentelemetry-instrument ---------------------------------
 
 ZERO_CODE = """
-from otel_guard.zero_code import installation
+from otel_guard.activation.zero_code import installation
 run_agent()
 summary(installation())
 """
@@ -333,7 +333,7 @@ def test_the_configurator_loaded_unnamed_configures_the_sdk_without_the_guard(
     _instrument_available()
     stdout, _, summary = _run(
         """
-        from otel_guard.zero_code import GuardConfigurator, installation
+        from otel_guard.activation.zero_code import GuardConfigurator, installation
         GuardConfigurator().configure()
         run_agent()
         summary(installation(), sdk=type(trace.get_tracer_provider()).__name__)

@@ -9,9 +9,9 @@ from harness import FAIL, OK, Call, Harness
 from opentelemetry.trace import Span, set_span_in_context
 
 from otel_guard import BatchEvaluation, GuardAction
-from otel_guard.processor import _ENDED_BATCHES, MAX_CALL_ID_LENGTH, MAX_TOOL_NAME_LENGTH
+from otel_guard.guard.processor import _ENDED_BATCHES, MAX_CALL_ID_LENGTH, MAX_TOOL_NAME_LENGTH
+from otel_guard.guard.telemetry import TRANSITION_EVENT
 from otel_guard.reducer import REMINDER, Batch, GuardState
-from otel_guard.telemetry import TRANSITION_EVENT
 
 
 def evaluations(**guard_kwargs: object) -> tuple[Harness, list[BatchEvaluation]]:

@@ -15,8 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, Tracer, set_span_in_context
 
 from otel_guard import GuardSpanProcessor
-from otel_guard.reducer import RESET_REASONS
-from otel_guard.telemetry import (
+from otel_guard.guard.telemetry import (
     DECISION_VALUES,
     DECISIONS_METRIC,
     DIAGNOSTICS,
@@ -24,6 +23,7 @@ from otel_guard.telemetry import (
     METRIC_ATTRIBUTE_VALUES,
     TRANSITION_EVENT,
 )
+from otel_guard.reducer import RESET_REASONS
 
 PROMPTS = 10_000
 TOOLS = 500

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_guard.cli import main
+from otel_guard.guard.telemetry import DECISION_VALUES
 from otel_guard.reducer import RESET_REASONS
-from otel_guard.replay import INVARIANTS
-from otel_guard.telemetry import DECISION_VALUES
+from otel_guard.replay.replayer import INVARIANTS
 
 MODES = ("off", "shadow", "warn", "enforce")
 

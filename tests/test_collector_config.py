@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otel_guard.pseudonym import PSEUDONYM_KEY_ENV
-from otel_guard.sensitive import (
+from otel_guard.guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC, METRIC_ATTRIBUTE_VALUES
+from otel_guard.privacy.pseudonym import PSEUDONYM_KEY_ENV
+from otel_guard.privacy.sensitive import (
     CLASSIFIED_ERROR_TYPE,
     ERROR_TYPE_KEYS,
     GENAI_ALLOWED_KEYS,
@@ -32,7 +33,6 @@ from otel_guard.sensitive import (
     is_genai_key,
     is_sensitive,
 )
-from otel_guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC, METRIC_ATTRIBUTE_VALUES
 
 yaml = pytest.importorskip(
     "yaml", reason="the collector tests read YAML with PyYAML ('test' extra)"

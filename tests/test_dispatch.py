@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace import (
 from opentelemetry.trace import set_span_in_context
 
 from otel_guard import GuardSpanProcessor
-from otel_guard.dispatch import GuardFirstSpanProcessor, guarded_tracer_provider
-from otel_guard.processor import ANY_VALUE, Interest
+from otel_guard.guard.dispatch import GuardFirstSpanProcessor, guarded_tracer_provider
+from otel_guard.guard.processor import ANY_VALUE, Interest
 
 
 class Recorder(SpanProcessor):

@@ -31,10 +31,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
-import otel_guard.telemetry as telemetry
+import otel_guard.guard.telemetry as telemetry
 from otel_guard import GuardSpanProcessor
-from otel_guard.mode import MODE_ENV_VAR
-from otel_guard.producer import prompt_span
+from otel_guard.guard.mode import MODE_ENV_VAR
+from otel_guard.integrations.producer import prompt_span
 from otel_guard.reducer import RESET_REASONS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ import pytest
 from harness import Harness
 
 from otel_guard.cli import main
-from otel_guard.otlp_json import OtlpJsonSpanExporter
+from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
 
 # -- pydantic-ai's own Instrumentation ----------------------------------------------------------
 

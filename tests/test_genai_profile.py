@@ -18,8 +18,8 @@ from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 from otel_guard import BatchEvaluation
 from otel_guard.cli import main
-from otel_guard.otlp_json import OtlpJsonSpanExporter
-from otel_guard.telemetry import DECISIONS_METRIC, TRANSITION_EVENT
+from otel_guard.guard.telemetry import DECISIONS_METRIC, TRANSITION_EVENT
+from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
 
 
 class Agent:

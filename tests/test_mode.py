@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_guard.mode import DEFAULT_MODE, MODE_ENV_VAR, ModeResolution, resolve_mode
+from otel_guard.guard.mode import DEFAULT_MODE, MODE_ENV_VAR, ModeResolution, resolve_mode
 from otel_guard.reducer import Mode
 
 SHADOW = ModeResolution("shadow", invalid=False)

@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
-from otel_guard import otlp_json
-from otel_guard.otlp_json import (
+from otel_guard.replay import otlp_json
+from otel_guard.replay.otlp_json import (
     MalformedInput,
     OtlpJsonReader,
     OtlpJsonSpanExporter,

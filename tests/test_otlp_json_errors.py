@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
-from otel_guard.otlp_json import MalformedInput, OtlpJsonReader, encode_request, parse_request
+from otel_guard.replay.otlp_json import (
+    MalformedInput,
+    OtlpJsonReader,
+    encode_request,
+    parse_request,
+)
 
 
 def request_line(name: str) -> str:

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
-from otel_guard.otlp_json import OtlpJsonSpanExporter, encode_request, parse_request
+from otel_guard.replay.otlp_json import OtlpJsonSpanExporter, encode_request, parse_request
 
 
 def span(span_id: int, **fields: Any) -> ReadableSpan:

@@ -31,8 +31,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_guard import RedactingSpanExporter
-from otel_guard.pseudonym import Pseudonymizer
-from otel_guard.telemetry import LOOP_EVENT, TRANSITION_EVENT
+from otel_guard.guard.telemetry import LOOP_EVENT, TRANSITION_EVENT
+from otel_guard.privacy.pseudonym import Pseudonymizer
 
 MODES = ("shadow", "warn", "enforce")
 

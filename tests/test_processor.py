@@ -9,9 +9,8 @@ from harness import FAIL, OK, Call, Harness, decisions_of
 from opentelemetry.trace import set_span_in_context
 
 from otel_guard import BatchEvaluation, GuardAction, GuardSpanProcessor
-from otel_guard.mode import MODE_ENV_VAR
-from otel_guard.reducer import REMINDER, STOP_MESSAGE, GuardState
-from otel_guard.telemetry import (
+from otel_guard.guard.mode import MODE_ENV_VAR
+from otel_guard.guard.telemetry import (
     DIAGNOSTIC_EVENT,
     LOOP_EVENT,
     METRIC_ATTRIBUTE_VALUES,
@@ -19,6 +18,7 @@ from otel_guard.telemetry import (
     batch_count_bucket,
     failure_count_bucket,
 )
+from otel_guard.reducer import REMINDER, STOP_MESSAGE, GuardState
 
 
 def run_loop(

@@ -275,10 +275,10 @@ def test_internal_error_logs_one_debug_line_without_a_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     guard = GuardSpanProcessor(mode="shadow")
-    with caplog.at_level(logging.DEBUG, logger="otel_guard.processor"):
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.guard.processor"):
         guard.on_end(object())  # type: ignore[arg-type]
     assert guard.diagnostics() == {"internal_error": 1}
-    (record,) = [r for r in caplog.records if r.name == "otel_guard.processor"]
+    (record,) = [r for r in caplog.records if r.name == "otel_guard.guard.processor"]
     assert record.levelno == logging.DEBUG
     assert record.getMessage() == "otel_guard: internal error in the guard processor"
     assert record.exc_info is None

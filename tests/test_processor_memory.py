@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, set_span_in_context
 
 from otel_guard import GuardSpanProcessor
-from otel_guard.processor import DEFAULT_MAX_CALL_BYTES
+from otel_guard.guard.processor import DEFAULT_MAX_CALL_BYTES
 
 BATCHES = 5_000
 CALLS = 100

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
 from otel_guard import BatchEvaluation, GuardAction, GuardSpanProcessor
+from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT, TRANSITION_EVENT
 from otel_guard.reducer import REMINDER, STOP_MESSAGE
-from otel_guard.telemetry import DIAGNOSTIC_EVENT, TRANSITION_EVENT
 
 # -- malformed spans -----------------------------------------------------------------------------
 

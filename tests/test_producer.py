@@ -15,8 +15,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from otel_guard import BatchEvaluation
-from otel_guard import attributes as attr
-from otel_guard.producer import (
+from otel_guard.integrations.producer import (
     ERROR_TYPE_PATTERN,
     AdmissionClosedError,
     BatchEndedError,
@@ -43,6 +42,7 @@ from otel_guard.reducer import (
     Observation,
     reduce,
 )
+from otel_guard.spans import attributes as attr
 
 
 class StartAttributes(SpanProcessor):
@@ -512,6 +512,7 @@ def test_an_abandoned_batch_with_an_intact_input_channel_resets_as_incomplete() 
 def test_readme_producer_example_reminds_then_stops(capsys: pytest.CaptureFixture[str]) -> None:
     readme = Path(__file__).resolve().parent.parent / "README.md"
     blocks = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S)
-    (example,) = [b for b in blocks if "from otel_guard.producer import prompt_span" in b]
+    wanted = "from otel_guard.integrations.producer import prompt_span"
+    (example,) = [b for b in blocks if wanted in b]
     exec(compile(example, str(readme), "exec"), {"__name__": "readme_example"})
     assert capsys.readouterr().out.splitlines() == ["turn 1: reminder", "turn 2: stop"]

@@ -55,8 +55,8 @@ from test_collector_config import (  # noqa: E402
 )
 
 from otel_guard import GuardSpanProcessor  # noqa: E402
-from otel_guard import attributes as attr  # noqa: E402
-from otel_guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC  # noqa: E402
+from otel_guard.guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC  # noqa: E402
+from otel_guard.spans import attributes as attr  # noqa: E402
 
 # The resource attributes that become labels on every series, as the collector's
 # resource_to_telemetry_conversion makes them.

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import RedactingSpanExporter, install_guard
-from otel_guard.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
+from otel_guard.privacy.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +52,10 @@ def test_without_a_key_each_process_has_its_own_random_key() -> None:
     assert Pseudonymizer()("run_shell") == Pseudonymizer()("run_shell")
     assert Pseudonymizer(b"")("run_shell") == Pseudonymizer()("run_shell")
     # Another process: another key, so nothing correlates across processes.
-    script = "from otel_guard.pseudonym import Pseudonymizer; print(Pseudonymizer()('run_shell'))"
+    script = (
+        "from otel_guard.privacy.pseudonym import Pseudonymizer; "
+        "print(Pseudonymizer()('run_shell'))"
+    )
     others = {
         subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
@@ -67,7 +70,10 @@ def test_a_deployment_key_gives_the_same_pseudonym_in_every_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(PSEUDONYM_KEY_ENV, "fleet key")
-    script = "from otel_guard.pseudonym import Pseudonymizer; print(Pseudonymizer()('run_shell'))"
+    script = (
+        "from otel_guard.privacy.pseudonym import Pseudonymizer; "
+        "print(Pseudonymizer()('run_shell'))"
+    )
     other = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     ).stdout.strip()

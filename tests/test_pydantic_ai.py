@@ -30,12 +30,12 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from otel_guard import BatchEvaluation
+from otel_guard.guard.telemetry import DECISIONS_METRIC
 from otel_guard.integrations.pydantic_ai import (
     RepeatedToolFailureGuard,
     RepeatedToolFailureStopped,
 )
 from otel_guard.reducer import REMINDER, STOP_MESSAGE, Batch
-from otel_guard.telemetry import DECISIONS_METRIC
 
 TOOL_RETRIES = 5  # pydantic-ai's own limit for the failing tool: one retry per model step
 

@@ -30,7 +30,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from test_wire import Receiver
 
 from otel_guard import install_guard
-from otel_guard.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
+from otel_guard.privacy.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
 
 CANARIES = {
     "user prompt": "CnryPromptZq what is in my notes",

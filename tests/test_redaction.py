@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, set_span_in_context
 
 from otel_guard import RedactingSpanExporter
-from otel_guard.pseudonym import Pseudonymizer
-from otel_guard.redaction import REDACTED_SPAN_NAME
-from otel_guard.sensitive import SENSITIVE_KEYS, is_genai_key, is_sensitive
+from otel_guard.privacy.pseudonym import Pseudonymizer
+from otel_guard.privacy.redaction import REDACTED_SPAN_NAME
+from otel_guard.privacy.sensitive import SENSITIVE_KEYS, is_genai_key, is_sensitive
 
 RESOURCE = Resource.create({"service.name": "agent", "deployment.environment.name": "test"})
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Harness
 
 from otel_guard import RedactingSpanExporter
-from otel_guard.sensitive import ERROR_TYPE_KEYS, PSEUDONYMOUS_KEYS, allowed_key
+from otel_guard.privacy.sensitive import ERROR_TYPE_KEYS, PSEUDONYMOUS_KEYS, allowed_key
 
 MODES = ("shadow", "warn", "enforce")
 POLICIES: dict[str, dict[str, Any]] = {

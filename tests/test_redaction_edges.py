@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, Status, StatusCode
 
 from otel_guard import RedactingSpanExporter
-from otel_guard.redaction import REDACTED_SPAN_NAME
+from otel_guard.privacy.redaction import REDACTED_SPAN_NAME
 
 
 def pipeline(
@@ -92,7 +92,7 @@ def test_failures_are_logged_by_count_and_type_never_by_content(
 ) -> None:
     exporter = RedactingSpanExporter(_Recording())
     secret = ReadableSpan("secret-name", attributes={"k": "secret-value"})
-    with caplog.at_level(logging.WARNING, logger="otel_guard.redaction"):
+    with caplog.at_level(logging.WARNING, logger="otel_guard.privacy.redaction"):
         result = exporter.export([_Unreadable("x"), _Unreadable("y"), secret])
     assert result is SpanExportResult.FAILURE
     assert [r.getMessage() for r in caplog.records] == [

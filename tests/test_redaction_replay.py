@@ -25,8 +25,8 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_co
 
 from otel_guard import RedactingSpanExporter
 from otel_guard.cli import main
-from otel_guard.otlp_json import OtlpJsonReader, OtlpJsonSpanExporter, parse_request
-from otel_guard.replay import Replayer
+from otel_guard.replay.otlp_json import OtlpJsonReader, OtlpJsonSpanExporter, parse_request
+from otel_guard.replay.replayer import Replayer
 
 MODES = ("shadow", "warn", "enforce")
 

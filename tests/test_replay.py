@@ -14,11 +14,11 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
-from otel_guard.otlp_json import encode_request, parse_request
-from otel_guard.processor import BatchEvaluation, GuardAction
+from otel_guard.guard.processor import BatchEvaluation, GuardAction
+from otel_guard.guard.telemetry import TRANSITION_EVENT
 from otel_guard.reducer import Batch, Decision, GuardState, Observation
-from otel_guard.replay import GuardReport, Replayer, TelemetryAudit
-from otel_guard.telemetry import TRANSITION_EVENT
+from otel_guard.replay.otlp_json import encode_request, parse_request
+from otel_guard.replay.replayer import GuardReport, Replayer, TelemetryAudit
 
 CANCELLED = Call(status="cancelled", execution="not_started", error_type=None)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opentelemetry.sdk.resources import Resource
 
-from otel_guard.replay import group_of
+from otel_guard.replay.replayer import group_of
 
 
 def test_the_newer_environment_key_groups_the_report() -> None:

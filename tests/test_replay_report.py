@@ -15,9 +15,9 @@ from opentelemetry.trace import set_span_in_context
 
 from otel_guard import reducer
 from otel_guard.cli import main
-from otel_guard.otlp_json import encode_request, parse_request
-from otel_guard.replay import SWEEP_THRESHOLDS, Replayer
-from otel_guard.report import GROUP_LIMIT, merge_reports, render_text
+from otel_guard.replay.otlp_json import encode_request, parse_request
+from otel_guard.replay.replayer import SWEEP_THRESHOLDS, Replayer
+from otel_guard.replay.report import GROUP_LIMIT, merge_reports, render_text
 
 DAY = 24 * 3600 * 10**9
 NOV_30 = 1_764_460_800 * 10**9  # 2025-11-30T00:00:00Z

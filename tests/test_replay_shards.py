@@ -13,9 +13,9 @@ from harness import FAIL, OK, Call, Harness
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_guard.cli import main
-from otel_guard.otlp_json import encode_request
-from otel_guard.report import merge_reports
-from otel_guard.shards import replay_shard
+from otel_guard.replay.otlp_json import encode_request
+from otel_guard.replay.report import merge_reports
+from otel_guard.replay.shards import replay_shard
 
 EDIT = Call(tool="edit", error_type="conflict")
 
@@ -225,8 +225,8 @@ def test_traces_spread_over_lines_before_their_prompt_is_named_are_replayed_alik
 
 
 def test_a_shard_builds_only_the_spans_of_its_own_traces(prompts_file: Path) -> None:
-    from otel_guard.otlp_json import OtlpJsonReader
-    from otel_guard.replay import Replayer
+    from otel_guard.replay.otlp_json import OtlpJsonReader
+    from otel_guard.replay.replayer import Replayer
 
     total = sum(len(line.spans) for line in OtlpJsonReader([str(prompts_file)]))
     built = []

@@ -15,7 +15,7 @@ import pytest
 from harness import FAIL, OK, Harness
 
 from otel_guard.cli import main
-from otel_guard.otlp_json import encode_request
+from otel_guard.replay.otlp_json import encode_request
 
 pytest.importorskip("plotly", reason="the html extra (plotly) is not installed")
 sync_api = pytest.importorskip(

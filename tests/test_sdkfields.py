@@ -7,7 +7,7 @@ from operator import attrgetter
 import pytest
 from harness import Harness
 
-from otel_guard import _sdkfields
+from otel_guard.guard import _sdkfields
 
 
 def test_every_private_field_agrees_with_its_public_property() -> None:

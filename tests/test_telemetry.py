@@ -13,7 +13,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_guard.telemetry import (
+from otel_guard.guard.telemetry import (
     DECISIONS_METRIC,
     DIAGNOSTIC_EVENT,
     DIAGNOSTICS_METRIC,
@@ -169,7 +169,7 @@ def test_without_a_logger_transitions_are_counted_and_not_reported_as_failures(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     reader = InMemoryMetricReader()
-    with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.guard.telemetry"):
         telemetry = GuardTelemetry(
             MeterProvider(metric_readers=[reader]), _NoLoggerProvider(), background=False
         )
@@ -189,7 +189,7 @@ def test_a_failing_meter_provider_is_one_error_named_meter(
         def get_meter(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("no meter")
 
-    with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.guard.telemetry"):
         telemetry = GuardTelemetry(_NoMeterProvider(), NoOpLoggerProvider(), background=False)
         telemetry.transition(transition())
     assert telemetry.errors == 1
@@ -204,7 +204,7 @@ def test_a_failing_loop_event_fails_its_transition_and_is_counted_each_time(
 ) -> None:
     telemetry = GuardTelemetry(MeterProvider(), _LoopFailingLoggerProvider(), background=False)
     stopped = transition("stopped", phase_after="latched")
-    with caplog.at_level(logging.DEBUG, logger="otel_guard.telemetry"):
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.guard.telemetry"):
         telemetry.transition(transition())
         telemetry.transition(stopped)
         telemetry.transition(stopped)

@@ -14,7 +14,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_guard.telemetry import (
+from otel_guard.guard.telemetry import (
     DECISIONS_METRIC,
     DIAGNOSTIC_EVENT,
     DIAGNOSTICS_METRIC,

@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from test_otlp_json import _ATTRIBUTE, RESOURCE, produce, summary
 
-from otel_guard import trace_input
-from otel_guard.otlp_json import MalformedInput, OtlpJsonReader, encode_request
-from otel_guard.trace_input import Record, Source
+from otel_guard.replay import trace_input
+from otel_guard.replay.otlp_json import MalformedInput, OtlpJsonReader, encode_request
+from otel_guard.replay.trace_input import Record, Source
 
 zstd = trace_input._zstd_module()
 needs_zstd = pytest.mark.skipif(zstd is None, reason="the zstd extra is not installed")

@@ -38,8 +38,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import GuardInstallation, install_guard
-from otel_guard.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
-from otel_guard.telemetry import (
+from otel_guard.guard.telemetry import (
     DECISIONS_METRIC,
     DIAGNOSTIC_EVENT,
     DIAGNOSTICS_METRIC,
@@ -48,6 +47,7 @@ from otel_guard.telemetry import (
     SCOPE_NAME,
     TRANSITION_EVENT,
 )
+from otel_guard.privacy.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 RESOURCE_ATTRIBUTES = "service.name=wire-agent,service.version=2.0.0,deployment.environment.name=ci"

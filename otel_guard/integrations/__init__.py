@@ -1,1 +1,1 @@
-"""Ready-made wiring of the guard into agent frameworks; each behind its own optional extra."""
+"""Span producers for agents: helpers for any Python agent, and framework wiring behind extras."""

@@ -10,8 +10,8 @@
     agent = Agent(model, capabilities=[RepeatedToolFailureGuard(guard)])
 
 Each agent run is one prompt (its ``run_id`` is the prompt ID) and each model response's tool
-calls are one batch, described with :mod:`otel_guard.producer` spans that the guard evaluates
-when the batch has settled, before the next model request:
+calls are one batch, described with :mod:`otel_guard.integrations.producer` spans that the guard
+evaluates when the batch has settled, before the next model request:
 
 * a tool that raises, ``ModelRetry`` and ``ToolFailed`` included, is an execution ``error``
   whose error type is the snake-case class name (``model_retry``, ``file_not_found_error``);
@@ -89,9 +89,15 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolDefinition
 
-from otel_guard.attributes import INVOKE_AGENT, OPERATION_NAME, PROMPT_ID, PROMPT_ROUTES
-from otel_guard.processor import GuardSpanProcessor
-from otel_guard.producer import PromptScope, ToolBatch, ToolCall, error_type_of, prompt_span
+from otel_guard.guard.processor import GuardSpanProcessor
+from otel_guard.integrations.producer import (
+    PromptScope,
+    ToolBatch,
+    ToolCall,
+    error_type_of,
+    prompt_span,
+)
+from otel_guard.spans.attributes import INVOKE_AGENT, OPERATION_NAME, PROMPT_ID, PROMPT_ROUTES
 
 if TYPE_CHECKING:
     from pydantic_ai.run import AgentRunResult

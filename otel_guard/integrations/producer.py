@@ -10,7 +10,7 @@ A host describes each model turn's tool calls with three nested scopes::
             batch.record_input_drain()                        # nothing new arrived meanwhile
         action = guard.take_action(prompt_id)                 # after the batch span ended
 
-The helpers write every attribute name from :mod:`otel_guard.attributes` and enforce the
+The helpers write every attribute name from :mod:`otel_guard.spans.attributes` and enforce the
 contract's ordering rules, so a batch the guard evaluates is exactly what the host did:
 
 * the batch span carries ``acp.prompt.id`` (and the route markers) from its start, and its
@@ -45,7 +45,7 @@ from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
-from otel_guard import attributes as attr
+from otel_guard.spans import attributes as attr
 
 __all__ = [
     "ERROR_TYPE_PATTERN",

@@ -22,7 +22,7 @@ Memory follows the open traces, not the input size: at most ``max_open_traces`` 
 
 A replayer can own one shard of the prompts (``shard=(index, count)``): it replays only the
 traces whose prompt hashes to its index, and tells a reader which traces those are (it is an
-:class:`~otel_guard.otlp_json.Router`), so the spans of the others are not even built.
+:class:`~otel_guard.replay.otlp_json.Router`), so the spans of the others are not even built.
 Shards replayed apart add up to one replay (``docs/design.md``, "Replay report, what-if and
 shards").
 """
@@ -53,9 +53,15 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 )
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
-from otel_guard import attributes as attr
-from otel_guard.otlp_json import Skipped
-from otel_guard.processor import BatchEvaluation, GuardSpanProcessor, Profile
+from otel_guard.guard.processor import BatchEvaluation, GuardSpanProcessor, Profile
+from otel_guard.guard.telemetry import (
+    DIAGNOSTIC_EVENT,
+    LOOP_EVENT,
+    LOOP_TYPE,
+    METRIC_ATTRIBUTE_VALUES,
+    TRANSITION_EVENT,
+)
+from otel_guard.privacy.sensitive import is_sensitive
 from otel_guard.reducer import (
     BATCH_THRESHOLD,
     THRESHOLD,
@@ -67,7 +73,8 @@ from otel_guard.reducer import (
     reduce,
     reduce_with_thresholds,
 )
-from otel_guard.report import (
+from otel_guard.replay.otlp_json import Skipped
+from otel_guard.replay.report import (
     BOUNDS,
     DAY_LIMIT,
     GENAI_SEEN,
@@ -85,14 +92,7 @@ from otel_guard.report import (
     merge_reports,
     render_text,
 )
-from otel_guard.sensitive import is_sensitive
-from otel_guard.telemetry import (
-    DIAGNOSTIC_EVENT,
-    LOOP_EVENT,
-    LOOP_TYPE,
-    METRIC_ATTRIBUTE_VALUES,
-    TRANSITION_EVENT,
-)
+from otel_guard.spans import attributes as attr
 
 __all__ = [
     "DEFAULT_MAX_OPEN_TRACES",
@@ -213,7 +213,7 @@ class GuardReport:
     :meth:`observe` is a :class:`~otel_guard.GuardSpanProcessor` listener. Prompts are told apart
     by ID (unique per prompt, as ACP issues them) within a bounded table of recently active
     prompts (200,000): memory follows active prompts, not the input size. Groups, days and the
-    timeline are bounded too (``otel_guard.report``).
+    timeline are bounded too (``otel_guard.replay.report``).
     """
 
     def __init__(
@@ -462,7 +462,7 @@ class GuardReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as one JSON-ready object (``docs/contract.md`` section 7 fields, and more),
-        in the canonical form :func:`~otel_guard.report.merge_reports` gives."""
+        in the canonical form :func:`~otel_guard.replay.report.merge_reports` gives."""
         document: dict[str, Any] = {
             "mode": self.mode,
             "threshold": self.threshold,
@@ -507,7 +507,7 @@ class GuardReport:
         return merge_reports([document])
 
     def render_text(self) -> str:
-        """The report for people (:func:`otel_guard.report.render_text`)."""
+        """The report for people (:func:`otel_guard.replay.report.render_text`)."""
         return render_text(self.to_json())
 
     # -- helpers ---------------------------------------------------------------------------
@@ -757,8 +757,8 @@ class Replayer:
         self._decided: dict[int, bool] = {}
 
     def add(self, spans: Iterable[ReadableSpan | Skipped]) -> None:
-        """Buffer spans as read; a :data:`~otel_guard.otlp_json.Skipped` placeholder (a span of
-        a trace another shard replays, not built) only takes its place in the read order."""
+        """Buffer spans as read; a :data:`~otel_guard.replay.otlp_json.Skipped` placeholder (a span
+        of a trace another shard replays, not built) only takes its place in the read order."""
         traces = self._traces
         finished = self._finished
         window = self._window
@@ -839,7 +839,7 @@ class Replayer:
         for trace_id in sorted(started, key=started.__getitem__):
             self._replay(trace_id)
 
-    # -- shards: the Router of the reader (otel_guard.otlp_json) ---------------------------
+    # -- shards: the Router of the reader (otel_guard.replay.otlp_json) ---------------------------
 
     def owner_of(self, trace_id: int) -> bool | None:
         """Whether this replayer replays the trace, if that is decided already."""

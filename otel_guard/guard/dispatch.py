@@ -29,8 +29,8 @@ from opentelemetry.sdk.trace import (
     TracerProvider,
 )
 
-from otel_guard import _sdkfields as _sdk
-from otel_guard.processor import ANY_VALUE, GuardSpanProcessor
+from otel_guard.guard import _sdkfields as _sdk
+from otel_guard.guard.processor import ANY_VALUE, GuardSpanProcessor
 
 __all__ = ["GuardFirstSpanProcessor", "guarded_tracer_provider"]
 

@@ -25,7 +25,7 @@ from typing import Final, Literal
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
 
-from otel_guard import attributes as attr
+from otel_guard.spans import attributes as attr
 
 __all__ = [
     "CLASSIFIED_ERROR_TYPE",
@@ -423,8 +423,8 @@ GENAI_ALLOWED_PATTERNS: Final[Mapping[str, AllowedKey]] = {
 Their values must be numbers, so content put under such a key is still dropped."""
 
 PSEUDONYMOUS_KEYS: Final[Mapping[str, str]] = {attr.TOOL_NAME: "tool_", "mcp.server.name": "mcp_"}
-"""Keys whose string value a GenAI span exports as a keyed pseudonym (``otel_guard.pseudonym``),
-with the pseudonym's prefix:
+"""Keys whose string value a GenAI span exports as a keyed pseudonym
+(``otel_guard.privacy.pseudonym``), with the pseudonym's prefix:
 equal names stay equal and different names stay different, so the guard's decisions (which only
 compare tool names) replay unchanged, and an MCP tool stays recognisable as one."""
 

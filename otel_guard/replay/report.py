@@ -1,7 +1,7 @@
 """The replay report as a document: merged from shards, and rendered for people.
 
-A report is one JSON-ready object (:meth:`otel_guard.replay.GuardReport.to_json` builds it).
-Every count in it is a sum over prompts, and a prompt is replayed whole by one process, so the
+A report is one JSON-ready object (:meth:`otel_guard.replay.replayer.GuardReport.to_json` builds
+it). Every count in it is a sum over prompts, and a prompt is replayed whole by one process, so the
 reports of shards that split the prompts between them add up to the report of one process:
 :func:`merge_reports` adds them. Merging is associative and a single report merges to itself;
 samples keep the earliest entries by time, so they merge exactly too. The one exception is a
@@ -24,8 +24,8 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 )
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
+from otel_guard.guard.telemetry import DECISION_VALUES
 from otel_guard.reducer import BATCH_THRESHOLD, RESET_REASONS, THRESHOLD
-from otel_guard.telemetry import DECISION_VALUES
 
 __all__ = [
     "BOUNDS",

@@ -18,8 +18,8 @@ Span identification (docs/contract.md section 3), decided when a span starts:
   admitted count and the input-drain attributes may be set at any time before it ends.
 
 Spans without ``acp.prompt.id`` that are ``invoke_agent`` spans, or that start while a GenAI
-prompt is open, go to :class:`~otel_guard.genai_profile.GenAIProfile` (section 3b), whose events
-this processor applies like a batch span's; its module docstring says how it stays bounded.
+prompt is open, go to :class:`~otel_guard.spans.genai_profile.GenAIProfile` (section 3b), whose
+events this processor applies like a batch span's; its module docstring says how it stays bounded.
 
 Every other span costs two membership tests in ``on_start`` and two in ``on_end``, plus one
 truth test of the profile's (usually empty) table of open GenAI spans.
@@ -41,18 +41,15 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 
-from otel_guard import _sdkfields as _sdk
-from otel_guard import attributes as attr
-from otel_guard.genai_profile import (
-    BatchSettled,
-    Coverage,
-    GenAIProfile,
-    ProfileDiagnostic,
-    ProfileEvent,
-    PromptEnded,
-    PromptStarted,
+from otel_guard.guard import _sdkfields as _sdk
+from otel_guard.guard.mode import resolve_mode
+from otel_guard.guard.telemetry import (
+    DecisionValue,
+    Diagnostic,
+    GuardTelemetry,
+    Transition,
+    decision_value,
 )
-from otel_guard.mode import resolve_mode
 from otel_guard.reducer import (
     REMINDER,
     STOP_MESSAGE,
@@ -65,12 +62,15 @@ from otel_guard.reducer import (
     effective_mode,
     reduce,
 )
-from otel_guard.telemetry import (
-    DecisionValue,
-    Diagnostic,
-    GuardTelemetry,
-    Transition,
-    decision_value,
+from otel_guard.spans import attributes as attr
+from otel_guard.spans.genai_profile import (
+    BatchSettled,
+    Coverage,
+    GenAIProfile,
+    ProfileDiagnostic,
+    ProfileEvent,
+    PromptEnded,
+    PromptStarted,
 )
 
 __all__ = [
@@ -239,7 +239,7 @@ _Emission = (
 )
 
 
-# The slow path when a span lacks the SDK's private fields (otel_guard._sdkfields reads them).
+# The slow path when a span lacks the SDK's private fields (otel_guard.guard._sdkfields reads them).
 _attributes = _sdk.attributes
 
 
@@ -320,7 +320,7 @@ class GuardSpanProcessor(SpanProcessor):
         (attr.PROMPT_ID, ANY_VALUE),
     )
     """Spans whose ``on_end`` can matter while no GenAI prompt is open: tool calls, and prompt
-    and batch spans. The fused dispatch (:mod:`otel_guard.dispatch`) calls the hooks for these
+    and batch spans. The fused dispatch (:mod:`otel_guard.guard.dispatch`) calls the hooks for these
     spans only, and for every span while :attr:`genai_lineage` is not empty; keep both in step
     with the hooks."""
 

@@ -1,9 +1,9 @@
 """OTLP trace requests in the protobuf encoding, as the Collector ``file`` exporter's ``proto``
 format stores them (one ``ExportTraceServiceRequest`` per frame; see
-:mod:`otel_guard.trace_input` for the framing).
+:mod:`otel_guard.replay.trace_input` for the framing).
 
 Decoded with the ``opentelemetry-proto`` classes and read into the same spans, with the same
-checks, as the OTLP/JSON reader (:mod:`otel_guard.otlp_json`); a test compares the two on the
+checks, as the OTLP/JSON reader (:mod:`otel_guard.replay.otlp_json`); a test compares the two on the
 same requests. One difference is forced by the encoding: protobuf cannot tell an absent
 ``flags`` field from 0, so 0 reads as the JSON reader reads an absent one (sampled).
 
@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from otel_guard.otlp_json import (
+from otel_guard.replay.otlp_json import (
     _KINDS,
     _OK_STATUS,
     _STATUS,

@@ -19,9 +19,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
 
-from otel_guard import attributes as attr
-from otel_guard.pseudonym import Pseudonymizer
-from otel_guard.sensitive import (
+from otel_guard.privacy.pseudonym import Pseudonymizer
+from otel_guard.privacy.sensitive import (
     CLASSIFIED_ERROR_TYPE,
     ERROR_TYPE_KEYS,
     MODEL_OPERATIONS,
@@ -32,6 +31,7 @@ from otel_guard.sensitive import (
     allowed_key,
     is_genai_key,
 )
+from otel_guard.spans import attributes as attr
 
 __all__ = ["MIN_NAME_MATCH_LENGTH", "REDACTED_SPAN_NAME", "KeyPredicate", "RedactingSpanExporter"]
 
@@ -58,7 +58,7 @@ class RedactingSpanExporter(SpanExporter):
     """Wraps ``delegate`` and hands it redacted copies of the spans it is asked to export.
 
     A **GenAI span** (one with an attribute or event in a GenAI namespace of
-    :mod:`otel_guard.sensitive`: ``gen_ai.``, ``acp.``, pydantic-ai/logfire, OpenInference,
+    :mod:`otel_guard.privacy.sensitive`: ``gen_ai.``, ``acp.``, pydantic-ai/logfire, OpenInference,
     OpenLLMetry, Langfuse, Vercel AI, Google ADK, MLflow, OpenLIT, MCP) keeps only the registry's
     allow-list, on the span, its events and its links; its name becomes its operation name (with
     the model for model calls), and its event names survive only as plain identifiers.
@@ -66,7 +66,7 @@ class RedactingSpanExporter(SpanExporter):
     holds a removed value. Both keep what the guard's replay needs:
 
     * ``gen_ai.tool.name`` (and ``mcp.server.name``) become keyed pseudonyms
-      (:class:`~otel_guard.pseudonym.Pseudonymizer` under ``pseudonym_key``);
+      (:class:`~otel_guard.privacy.pseudonym.Pseudonymizer` under ``pseudonym_key``);
     * classified error types are kept, free text is dropped (``error.type`` becomes ``_OTHER``).
 
     Also: the status description is dropped and the code kept; the resource loses its sensitive

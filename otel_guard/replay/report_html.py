@@ -19,7 +19,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from otel_guard.report import GROUP_KEYS, INVARIANTS, SAVED_KEYS, printable
+from otel_guard.replay.report import GROUP_KEYS, INVARIANTS, SAVED_KEYS, printable
 
 __all__ = ["render_html"]
 
@@ -46,7 +46,7 @@ td:first-child, th:first-child { text-align: left; }
 
 
 def render_html(document: Mapping[str, Any]) -> str:
-    """The page for one replay report (a :func:`~otel_guard.report.merge_reports` document)."""
+    """The page for one replay report (a :func:`~otel_guard.replay.report.merge_reports` doc)."""
     import plotly.graph_objects as go  # the html extra; imported only when a page is asked for
 
     figures = [

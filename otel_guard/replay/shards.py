@@ -2,9 +2,9 @@
 
 A shard is the set of traces whose prompt ID hashes (CRC-32, the same in every process) to its
 index, so every trace of a prompt, and so every batch of it, is replayed by one process, and the
-shards' reports add up to one process's report (:func:`otel_guard.report.merge_reports`). Each
-process decodes every line but builds only the spans of its own traces (the replayer is the
-reader's :class:`~otel_guard.otlp_json.Router`).
+shards' reports add up to one process's report (:func:`otel_guard.replay.report.merge_reports`).
+Each process decodes every line but builds only the spans of its own traces (the replayer is the
+reader's :class:`~otel_guard.replay.otlp_json.Router`).
 ``docs/design.md`` ("Replay report, what-if and shards") gives the reasons and the limits.
 """
 
@@ -16,9 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from otel_guard.otlp_json import MalformedInput, OtlpJsonReader
-from otel_guard.replay import Replayer
-from otel_guard.report import merge_reports
+from otel_guard.replay.otlp_json import MalformedInput, OtlpJsonReader
+from otel_guard.replay.replayer import Replayer
+from otel_guard.replay.report import merge_reports
 
 __all__ = ["ShardResult", "replay_shard", "replay_sharded"]
 

@@ -54,8 +54,8 @@ from typing import Any, Final, Literal
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, StatusCode
 
-from otel_guard import attributes as attr
 from otel_guard.reducer import Batch, Observation
+from otel_guard.spans import attributes as attr
 
 __all__ = [
     "BatchSettled",

@@ -5,7 +5,7 @@ span IDs are hex strings (or, as the Collector's own JSON reader also accepts, t
 the generic protobuf JSON mapping), 64-bit integers may be strings or numbers, enum values are
 numbers or names (``"SPAN_KIND_SERVER"``, ``"STATUS_CODE_ERROR"``). :class:`OtlpJsonReader`
 streams such input (files or ``-``; plain, gzip or zstd; JSON lines or the length-prefixed
-frames of the exporter's ``proto`` format, see :mod:`otel_guard.trace_input`) into
+frames of the exporter's ``proto`` format, see :mod:`otel_guard.replay.trace_input`) into
 :class:`~opentelemetry.sdk.trace.ReadableSpan` objects; :func:`encode_request` and
 :class:`OtlpJsonSpanExporter` write them. Requests of other signals (logs, metrics, profiles)
 in the same input are skipped and counted in :attr:`OtlpJsonReader.skipped`.
@@ -43,14 +43,14 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
-from otel_guard import attributes as attr
-from otel_guard.trace_input import (
+from otel_guard.replay.trace_input import (
     DEFAULT_MAX_RECORD_BYTES,
     MalformedInput,
     Record,
     Source,
     source_size,
 )
+from otel_guard.spans import attributes as attr
 
 __all__ = [
     "MalformedInput",
@@ -878,7 +878,7 @@ class OtlpJsonReader:
     """Streams OTLP trace input, one request at a time, as one input.
 
     Sources (paths, or ``-`` for standard input) are read in the order given; compression and
-    framing are recognised by content (:mod:`otel_guard.trace_input`). Progress is visible
+    framing are recognised by content (:mod:`otel_guard.replay.trace_input`). Progress is visible
     through :attr:`bytes_read` (bytes of the sources as stored) and :attr:`total_bytes` (0 for a
     pipe, whose size is unknown). Requests of other signals are skipped and counted in
     :attr:`skipped`. With a ``router`` (:class:`Router`), spans of traces another process
@@ -935,7 +935,9 @@ class OtlpJsonReader:
         try:
             if record.kind == "json":
                 return _parse_request(record.data, self._interner, self._router)
-            from otel_guard.otlp_proto import parse_proto_request  # protobuf only when needed
+            from otel_guard.replay.otlp_proto import (
+                parse_proto_request,  # protobuf only when needed
+            )
 
             return list(parse_proto_request(record.data, self._interner))
         except _Shape as error:

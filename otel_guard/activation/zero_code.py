@@ -33,7 +33,7 @@ from opentelemetry.instrumentation.environment_variables import (
 )
 from opentelemetry.sdk._configuration import _BaseConfigurator, _OTelSDKConfigurator
 
-from otel_guard.setup import GuardInstallation, install_guard
+from otel_guard.activation.setup import GuardInstallation, install_guard
 
 __all__ = ["NAME", "GuardConfigurator", "GuardDistro", "installation"]
 

@@ -51,9 +51,9 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.util._once import Once
 
-from otel_guard.dispatch import guarded_tracer_provider
-from otel_guard.processor import GuardSpanProcessor
-from otel_guard.redaction import RedactingSpanExporter
+from otel_guard.guard.dispatch import guarded_tracer_provider
+from otel_guard.guard.processor import GuardSpanProcessor
+from otel_guard.privacy.redaction import RedactingSpanExporter
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -208,9 +208,9 @@ def install_guard(
       SDK's can be neither joined nor replaced: a warning says so, and the guard sees only the
       spans of the returned ``tracer_provider``.
     * ``fused_dispatch`` dispatches a new tracer provider's processors through
-      :class:`otel_guard.dispatch.GuardFirstSpanProcessor`: spans that are not the guard's skip
-      its hooks; the other processors are called as before. A joined provider keeps its own
-      dispatch.
+      :class:`otel_guard.guard.dispatch.GuardFirstSpanProcessor`: spans that are not the
+      guard's skip its hooks; the other processors are called as before. A joined provider keeps
+      its own dispatch.
 
     Call :meth:`GuardInstallation.shutdown` before the process exits to export what is buffered.
     """

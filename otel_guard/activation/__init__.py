@@ -1,0 +1,1 @@
+"""Starting the guard: ready-made wiring in one call, and the zero-code distro and configurator."""

@@ -1,0 +1,1 @@
+"""What leaves the process: the sensitive-attribute registry, span redaction and pseudonyms."""

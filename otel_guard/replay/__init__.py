@@ -1,0 +1,1 @@
+"""Offline replay: trace readers, the replayer, the report, its HTML page and shard merging."""
