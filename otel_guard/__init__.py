@@ -1,4 +1,16 @@
-"""otel-guard: an OpenTelemetry span processor that stops AI agents looping on a failing tool."""
+"""otel-guard: an OpenTelemetry span processor that stops AI agents looping on a failing tool.
+
+The package follows the one-way flow of a span:
+
+- ``reducer``: the pure state machine (no OpenTelemetry import);
+- ``spans/``: span input, the ``acp`` attribute names and the GenAI profile;
+- ``guard/``: the span processor, its dispatch and mode, and the guard's telemetry;
+- ``privacy/``: the sensitive-key registry, redaction and pseudonyms;
+- ``replay/``: trace readers, the replayer, the report, its HTML page and shard merging;
+- ``activation/``: ``install_guard`` and the zero-code start;
+- ``integrations/``: span producers for any Python agent and for agent frameworks;
+- ``cli``, ``demo``: the ``otel-guard`` command.
+"""
 
 from otel_guard.activation.setup import GuardInstallation, install_guard
 from otel_guard.guard.processor import BatchEvaluation, GuardAction, GuardSpanProcessor
