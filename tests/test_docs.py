@@ -594,7 +594,9 @@ def test_every_dashboard_panel_named_in_the_docs_exists() -> None:
 # --- no documents outside the repository ---
 
 # Built from parts so that this file does not match itself.
-_OUTSIDE = re.compile(r"\b" + "SP" + r"EC\b|" + "design" + " document", flags=re.I)
+# The contract's old name in capitals (a variable called spec is no reference), and the design
+# document in any case.
+_OUTSIDE = re.compile(r"\b" + "SP" + r"EC\b|(?i:" + "design" + " document)")
 
 
 def test_nothing_refers_to_documents_outside_the_repository() -> None:
