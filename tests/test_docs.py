@@ -591,6 +591,32 @@ def test_every_dashboard_panel_named_in_the_docs_exists() -> None:
     assert not [f"{where}: {title}" for where, title in named if title not in known]
 
 
+# --- no documents outside the repository ---
+
+# Built from parts so that this file does not match itself.
+# The contract's old name in capitals (a variable called spec is no reference), and the design
+# document in any case.
+_OUTSIDE = re.compile(r"\b" + "SP" + r"EC\b|(?i:" + "design" + " document)")
+
+
+def test_nothing_refers_to_documents_outside_the_repository() -> None:
+    files = [
+        *DOCUMENTS,
+        *ROOT.glob("otel_guard/**/*.py"),
+        *ROOT.glob("tests/**/*.py"),
+        *ROOT.glob("benchmarks/**/*"),
+        *ROOT.glob("collector-config/**/*"),
+    ]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        if path.is_file() and path.suffix in (".py", ".md", ".yml", ".yaml", ".json")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _OUTSIDE.search(line)
+    ]
+    assert not wrong, "refer to docs/contract.md or docs/design.md instead:\n" + "\n".join(wrong)
+
+
 # --- links ---------------------------------------------------------------------------------
 
 

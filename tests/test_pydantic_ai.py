@@ -392,8 +392,10 @@ def test_without_a_tracer_provider_the_guard_still_sees_every_batch() -> None:
     assert harness.span_exporter.get_finished_spans() == ()
 
 
-def test_readme_example_stops_after_three_responses(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = Path(__file__).resolve().parent.parent / "README.md"
+def test_documented_example_stops_after_three_responses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    readme = Path(__file__).resolve().parent.parent / "docs" / "pydantic-ai.md"
     blocks = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S)
     (example,) = [b for b in blocks if "RepeatedToolFailureGuard(guard)" in b]
     namespace: dict[str, Any] = {"__name__": "readme_example"}

@@ -96,7 +96,7 @@ _logger = logging.getLogger(__name__)
 DEFAULT_MAX_PROMPTS = 10_000
 DEFAULT_PROMPT_TTL_SECONDS = 6 * 60 * 60.0
 DEFAULT_MAX_CALLS_PER_BATCH = 1_024
-# Tool-call data kept for all open batches together (SPEC section 4: bounded in bytes).
+# Tool-call data kept for all open batches together (docs/contract.md section 4: bounded in bytes).
 DEFAULT_MAX_CALL_BYTES = 16 * 1024 * 1024
 # Longer tool names are treated as missing: they are not plausible registry names and would
 # otherwise be kept, unbounded, in the private failure key.
@@ -168,7 +168,7 @@ class _Prompt:
 
     def __init__(self, guarded: bool, now: float, rebuilt: bool = False) -> None:
         self.guarded = guarded
-        # A rebuilt state lost its history, so it never enforces (SPEC section 4).
+        # A rebuilt state lost its history, so it never enforces (docs/contract.md section 4).
         self.state = _REBUILT_STATE if rebuilt else _INITIAL_STATE
         self.pending: GuardAction | None = None
         self.reminded_ordinal = 0
@@ -699,8 +699,8 @@ class GuardSpanProcessor(SpanProcessor):
             if prompt_id is not None:
                 out.append(("diagnostic", "late_span", prompt_id, context))
             return  # an orphan: not under a batch span, not an observation
-        # Only what the reducer needs is kept, so the span itself can be freed (SPEC section 4:
-        # bounded in bytes). Values of the wrong type or absurd length are missing values.
+        # Only what the reducer needs is kept, so the span itself can be freed (docs/contract.md
+        # section 4: bounded in bytes). Values of the wrong type or absurd length are missing.
         get = attributes.get
         call_id = get(_TOOL_CALL_ID)
         if type(call_id) is not str or len(call_id) > MAX_CALL_ID_LENGTH:
@@ -710,8 +710,8 @@ class GuardSpanProcessor(SpanProcessor):
             tool_name = None
         tool_type = get(_TOOL_TYPE)
         if tool_type not in _RESOLVED_TOOL_TYPES:
-            # Not resolved from the host's registry: never eligible (SPEC section 3). The
-            # reducer sees no tool name, so the call is unknown and disables enforcement.
+            # Not resolved from the host's registry: never eligible (docs/contract.md section 3).
+            # The reducer sees no tool name, so the call is unknown and disables enforcement.
             tool_name = None
             if type(tool_type) is not str or len(tool_type) > _MAX_STATUS_LENGTH:
                 tool_type = None
