@@ -10,6 +10,9 @@ The package follows the one-way flow of a span:
 - ``activation/``: ``install_guard`` and the zero-code start;
 - ``integrations/``: span producers for any Python agent and for agent frameworks;
 - ``cli``, ``demo``: the ``otel-guard`` command.
+
+``attributes`` and ``telemetry`` keep the module names the contract gives the input and output
+names; they re-export ``spans.attributes`` and ``guard.telemetry``.
 """
 
 from otel_guard.activation.setup import GuardInstallation, install_guard
