@@ -10,7 +10,6 @@ final answer, the system prompt and instructions, the tool's definition and its 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -27,10 +26,10 @@ from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
-from test_wire import Receiver
+from test_wire import Receiver, receiving
 
 from otel_guard import install_guard
-from otel_guard.privacy.pseudonym import PSEUDONYM_KEY_ENV, Pseudonymizer
+from otel_guard.privacy.pseudonym import Pseudonymizer
 
 CANARIES = {
     "user prompt": "CnryPromptZq what is in my notes",
@@ -47,17 +46,7 @@ CANARIES = {
 
 @pytest.fixture
 def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    server = Receiver()
-    server.start()
-    for name in list(os.environ):
-        if name.startswith(("OTEL_EXPORTER_OTLP_", "OTEL_SERVICE_NAME", "OTEL_RESOURCE")):
-            monkeypatch.delenv(name)
-    monkeypatch.delenv(PSEUDONYM_KEY_ENV, raising=False)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", server.endpoint)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from receiving(monkeypatch)
 
 
 def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -125,8 +125,12 @@ class Receiver:
         return [ExportLogsServiceRequest.FromString(b) for b in self.bodies["/v1/logs"]]
 
 
-@pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+def receiving(
+    monkeypatch: pytest.MonkeyPatch, resource_attributes: str | None = None
+) -> Iterator[Receiver]:
+    """A started receiver, with the OTLP exporters pointed at it and no other OTLP, resource or
+    pseudonym-key setting of the environment in play (but ``resource_attributes``); stopped
+    afterwards."""
     server = Receiver()
     server.start()
     for name in list(os.environ):
@@ -134,11 +138,17 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
             monkeypatch.delenv(name)
     monkeypatch.delenv(PSEUDONYM_KEY_ENV, raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", server.endpoint)
-    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", RESOURCE_ATTRIBUTES)
+    if resource_attributes is not None:
+        monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", resource_attributes)
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    yield from receiving(monkeypatch, RESOURCE_ATTRIBUTES)
 
 
 def _value(value: AnyValue) -> Any:
