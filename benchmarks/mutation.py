@@ -63,6 +63,8 @@ TARGETS: dict[str, Target] = {
             "tests/test_processor_boundaries.py",
             "tests/test_processor_state_loss.py",
             "tests/test_processor_memory.py",
+            "tests/test_genai_profile.py",
+            "tests/test_dispatch.py",
         ),
         1800,
     ),
