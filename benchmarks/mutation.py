@@ -51,7 +51,11 @@ class Target:
 TARGETS: dict[str, Target] = {
     "reducer": Target(
         ("otel_guard/reducer.py",),
-        ("tests/test_reducer.py", "tests/test_reducer_properties.py"),
+        (
+            "tests/test_reducer.py",
+            "tests/test_reducer_properties.py",
+            "tests/test_reducer_what_if.py",
+        ),
         600,
     ),
     "processor": Target(
