@@ -76,6 +76,7 @@ TARGETS: dict[str, Target] = {
         ("otel_guard/guard/telemetry.py",),
         (
             "tests/test_telemetry.py",
+            "tests/test_telemetry_worker.py",
             "tests/test_processor.py",
             "tests/test_processor_robustness.py",
             "tests/test_cardinality.py",
@@ -83,12 +84,17 @@ TARGETS: dict[str, Target] = {
         1200,
     ),
     "redaction": Target(
-        ("otel_guard/privacy/redaction.py", "otel_guard/privacy/sensitive.py"),
+        (
+            "otel_guard/privacy/redaction.py",
+            "otel_guard/privacy/sensitive.py",
+            "otel_guard/privacy/pseudonym.py",
+        ),
         (
             "tests/test_redaction.py",
             "tests/test_redaction_edges.py",
             "tests/test_redaction_corpus.py",
             "tests/test_privacy.py",
+            "tests/test_pseudonym.py",
         ),
         1200,
     ),
