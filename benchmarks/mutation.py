@@ -66,7 +66,9 @@ TARGETS: dict[str, Target] = {
             "tests/test_batch_assembly.py",
             "tests/test_processor_boundaries.py",
             "tests/test_processor_state_loss.py",
-            "tests/test_processor_memory.py",
+            # Not test_processor_memory.py: it traces every allocation over 5,000 batches, which
+            # under the tool takes minutes per mutant; the byte bound it measures is pinned
+            # exactly (batch_overflow at the bound) by test_batch_assembly.py and test_processor.py.
             "tests/test_genai_profile.py",
             "tests/test_dispatch.py",
         ),
