@@ -326,10 +326,7 @@ def reduce_with_thresholds(
     ):
         return decision
     if after.failure_count >= threshold and after.batch_count >= batch_threshold:
-        requested = input.mode
-        mode = _MODES.get(requested) if type(requested) is str else None
-        if mode is None:
-            mode = parse_mode(requested) or "shadow"
+        mode = parse_mode(input.mode) or "shadow"  # what-if only: no fast path needed
         return Decision(
             "would_warn" if mode == "shadow" else "warn", after._replace(phase="warned")
         )
