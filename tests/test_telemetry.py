@@ -315,3 +315,53 @@ def test_a_raising_failure_callback_is_one_more_error_named_on_failure(
     assert pipeline.telemetry.errors == 2
     # The telemetry_error record is still emitted and counted.
     assert _points(pipeline, DIAGNOSTICS_METRIC) == {(("diagnostic", "telemetry_error"),): 1}
+
+
+def test_a_transition_without_a_time_is_stamped_with_the_time_its_records_were_built() -> None:
+    pipeline = Pipeline()
+    before = time.time_ns()
+    pipeline.telemetry.transition(transition("stopped", phase_after="latched"))
+    after = time.time_ns()
+    records = [r.log_record for r in pipeline.exporter.get_finished_logs()]
+    assert [r.event_name for r in records] == [TRANSITION_EVENT, LOOP_EVENT]
+    times = {(r.timestamp, r.observed_timestamp) for r in records}
+    assert len(times) == 1  # both records, both times: the one moment they were built
+    ((happened, observed),) = times
+    assert happened is not None and before <= happened <= after
+    assert observed == happened
+
+
+def test_a_transition_time_is_the_argument_else_the_transitions_own() -> None:
+    pipeline = Pipeline()
+    pipeline.telemetry.transition(transition(timestamp=5))
+    pipeline.telemetry.transition(transition(timestamp=5), timestamp=9)
+    records = [r.log_record for r in pipeline.exporter.get_finished_logs()]
+    assert [r.timestamp for r in records] == [5, 9]
+    assert all(r.observed_timestamp not in (None, 5, 9) for r in records)
+
+
+class _TransitionRefusing(LogRecordProcessor):
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        if log_record.log_record.event_name == TRANSITION_EVENT:
+            raise RuntimeError("transition sink down")
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_a_failed_transition_record_is_reported_even_when_its_loop_event_is_emitted() -> None:
+    failures: list[int] = []
+    pipeline = Pipeline()
+    pipeline.logger_provider.add_log_record_processor(_TransitionRefusing())
+    pipeline.telemetry = GuardTelemetry(
+        pipeline.meter_provider,
+        pipeline.logger_provider,
+        background=False,
+        on_failure=lambda: failures.append(1),
+    )
+    pipeline.telemetry.transition(transition("stopped", phase_after="latched"))
+    assert failures == [1]
+    assert _points(pipeline, DIAGNOSTICS_METRIC) == {(("diagnostic", "telemetry_error"),): 1}
