@@ -182,6 +182,17 @@ def test_without_a_logger_transitions_are_counted_and_not_reported_as_failures(
     assert [r.getMessage() for r in caplog.records] == [
         "otel_guard: telemetry emission failed (logger)"
     ]
+    data = reader.get_metrics_data()
+    assert data is not None
+    diagnostics = [
+        dict(point.attributes or {})
+        for rm in data.resource_metrics
+        for scope in rm.scope_metrics
+        for metric in scope.metrics
+        if metric.name == DIAGNOSTICS_METRIC
+        for point in metric.data.data_points  # type: ignore[attr-defined]
+    ]
+    assert diagnostics == [{"diagnostic": "late_span"}]  # no telemetry_error
 
 
 def test_a_failing_meter_provider_is_one_error_named_meter(

@@ -319,10 +319,10 @@ def is_genai_key(key: str) -> bool:
 
 # -- the allow-list: GenAI spans ---------------------------------------------------------------
 
-ValueShape = Literal["as_is", "count", "word", "flag"]
+ValueShape = Literal["as_is", "count", "word"]
 """How an allowed key's value is checked: ``as_is`` (read by the guard or an opaque ID: kept
 unchanged so replay sees what the guard saw), ``count`` (numbers), ``word`` (a short token of
-letters, digits and ``_.-:/@+``, or a list of them), ``flag`` (booleans)."""
+letters, digits and ``_.-:/@+``, or a list of them)."""
 
 
 @dataclass(frozen=True, slots=True)
