@@ -518,3 +518,39 @@ def test_after_a_fork_the_child_starts_with_no_queue_no_worker_and_no_held_lock(
     finally:
         parent_gate.set()
         telemetry.close()
+
+
+def test_close_called_inside_an_emission_on_another_thread_does_not_wait_for_the_worker() -> None:
+    closed_in: list[tuple[threading.Thread, float]] = []
+
+    def close(_: object) -> None:
+        started = time.monotonic()
+        telemetry.close()
+        closed_in.append((threading.current_thread(), time.monotonic() - started))
+
+    telemetry, _, exporter, _ = _held_pipeline(_OnEmit(close))
+    telemetry.diagnostic("late_span", "first")  # starts the worker
+    worker = telemetry._worker
+    assert worker is not None
+    telemetry.flush()  # emits here, and closes from inside that emission
+    ((thread, seconds),) = closed_in
+    assert thread is threading.current_thread()
+    assert seconds < 4.0  # the worker, waiting for this emission to end, is not awaited
+    worker.join(timeout=30)  # once this emission is over, it ends
+    assert not worker.is_alive()
+    assert _emitted(exporter) == [("late_span", "first")]
+    assert telemetry.errors == 0
+
+
+def test_closing_after_the_worker_could_not_be_started_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    telemetry, _, exporter, _ = _held_pipeline()
+    telemetry.diagnostic("late_span", "p")  # emitted here, the worker having failed to start
+    telemetry.close()
+    assert _emitted(exporter) == [("late_span", "p")]
+    assert telemetry.errors == 0

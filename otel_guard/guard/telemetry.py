@@ -429,6 +429,7 @@ class GuardTelemetry:
             worker.start()
         except RuntimeError:  # no new threads (the interpreter is exiting): emit here instead
             self._background = False
+            self._worker = None  # a thread never started cannot be joined
             self.flush()
 
     # -- emitting (the worker, or the caller of flush) ---------------------------------------
@@ -478,7 +479,9 @@ class GuardTelemetry:
         self._wake.set()
         self.flush()
         worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
+        me = threading.get_ident()
+        # A thread cannot wait for itself, and while this thread emits the worker waits for it.
+        if worker is not None and worker.ident != me and self._emitter != me:
             worker.join(timeout=5.0)
 
     def _after_fork_in_child(self) -> None:
