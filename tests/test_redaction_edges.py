@@ -227,3 +227,18 @@ def test_a_span_is_a_genai_span_by_an_event_name_or_an_event_attribute_alone(
         span.add_event(event_name, event_attributes)
     (exported,) = out.get_finished_spans()
     assert dict(exported.attributes or {}) == {}  # the allow-list applies
+
+
+def test_the_resource_cache_starts_over_when_it_holds_4096_resources() -> None:
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out)
+    resources = [Resource({"service.name": f"s{n}", "process.owner": "al"}) for n in range(4097)]
+    exporter.export([ReadableSpan("a", resource=r) for r in resources[:4096]])
+    exporter.export([ReadableSpan("b", resource=resources[0])])  # held: the same copy
+    exporter.export([ReadableSpan("c", resource=resources[4096])])  # one more: it starts over
+    exporter.export([ReadableSpan("d", resource=resources[0])])
+    spans = out.get_finished_spans()
+    first = spans[0].resource
+    assert spans[4096].resource is first
+    assert spans[-1].resource is not first
+    assert spans[-1].resource == first == Resource({"service.name": "s0"})
