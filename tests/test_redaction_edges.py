@@ -16,6 +16,7 @@ from opentelemetry.trace import Link, Status, StatusCode
 from otel_guard import RedactingSpanExporter
 from otel_guard.privacy.pseudonym import Pseudonymizer
 from otel_guard.privacy.redaction import REDACTED_SPAN_NAME
+from otel_guard.privacy.sensitive import SensitiveKeys
 
 
 def pipeline(
@@ -242,3 +243,77 @@ def test_the_resource_cache_starts_over_when_it_holds_4096_resources() -> None:
     assert spans[4096].resource is first
     assert spans[-1].resource is not first
     assert spans[-1].resource == first == Resource({"service.name": "s0"})
+
+
+def test_extra_keys_and_patterns_are_removed_from_resources_too() -> None:
+    resource = Resource(
+        {"service.name": "agent", "deployment.owner": "alice", "team.lead": "bob", "team": "x"}
+    )
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(
+        out, extra_keys=["deployment.owner"], extra_patterns=[r"team\..+", r"nothing"]
+    )
+    exporter.export([ReadableSpan("work", resource=resource)])
+    (span,) = out.get_finished_spans()
+    assert dict(span.resource.attributes) == {"service.name": "agent", "team": "x"}
+
+
+def test_without_extra_patterns_no_key_matches_by_pattern_not_even_the_empty_one() -> None:
+    assert SensitiveKeys()("") is False
+    assert SensitiveKeys(["a"])("") is False
+    assert RedactingSpanExporter(InMemorySpanExporter()).removes("") is False
+    assert (
+        RedactingSpanExporter(InMemorySpanExporter(), extra_patterns=["x.*"]).removes("") is False
+    )
+
+
+@pytest.mark.parametrize(
+    ("attributes", "name"),
+    [
+        ({"gen_ai.operation.name": "chat", "gen_ai.response.model": "model-y"}, "chat model-y"),
+        (
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "model-x",
+                "gen_ai.response.model": "model-y",
+            },
+            "chat model-x",
+        ),
+        ({"gen_ai.operation.name": "chat"}, "chat"),
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.request.model": "m"}, "execute_tool"),
+    ],
+)
+def test_a_model_call_is_named_after_the_requested_else_the_responding_model(
+    attributes: dict[str, str], name: str
+) -> None:
+    out = InMemorySpanExporter()
+    RedactingSpanExporter(out).export([ReadableSpan("anything", attributes=attributes)])
+    (span,) = out.get_finished_spans()
+    assert span.name == name
+
+
+@pytest.mark.parametrize(
+    ("allowed", "name"), [((), "execute_tool"), (("gen_ai.tool.name",), "Run-Shell")]
+)
+def test_with_an_allow_list_a_tool_span_whose_name_was_rewritten_is_named_after_its_operation(
+    allowed: tuple[str, ...], name: str
+) -> None:
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out, allow_keys=["gen_ai.operation.name", *allowed])
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run_shell"}
+    exporter.export([ReadableSpan("Run-Shell", attributes=attributes)])
+    (span,) = out.get_finished_spans()
+    assert span.name == name
+
+
+@pytest.mark.parametrize(
+    "path", ["/home/u/notes/", "C:\\Users\\u\\notes\\", "/home/u/notes"]
+)
+def test_the_last_part_of_a_removed_path_is_searched_in_names_even_after_a_trailing_slash(
+    path: str,
+) -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("list NOTES") as span:
+        span.set_attribute("file.path", path)
+    (exported,) = out.get_finished_spans()
+    assert exported.name == REDACTED_SPAN_NAME

@@ -245,10 +245,9 @@ class SensitiveKeys:
     the registry's own keys case-insensitively.
     """
 
-    __slots__ = ("_extra", "_keys", "_pattern")
+    __slots__ = ("_extra", "_pattern")
 
     def __init__(self, extra_keys: Iterable[str] = (), extra_patterns: Iterable[str] = ()) -> None:
-        self._keys = SENSITIVE_KEYS
         self._extra = frozenset(extra_keys)
         patterns = tuple(extra_patterns)
         self._pattern = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
