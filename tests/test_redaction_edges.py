@@ -306,9 +306,7 @@ def test_with_an_allow_list_a_tool_span_whose_name_was_rewritten_is_named_after_
     assert span.name == name
 
 
-@pytest.mark.parametrize(
-    "path", ["/home/u/notes/", "C:\\Users\\u\\notes\\", "/home/u/notes"]
-)
+@pytest.mark.parametrize("path", ["/home/u/notes/", "C:\\Users\\u\\notes\\", "/home/u/notes"])
 def test_the_last_part_of_a_removed_path_is_searched_in_names_even_after_a_trailing_slash(
     path: str,
 ) -> None:

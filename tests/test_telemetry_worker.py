@@ -486,7 +486,10 @@ def test_close_called_on_the_worker_thread_does_not_wait_for_itself() -> None:
 
 
 def test_after_a_fork_the_child_starts_with_no_queue_no_worker_and_no_held_lock() -> None:
-    telemetry, holding, exporter, _ = _held_pipeline(max_pending=2)
+    failures: list[int] = []
+    telemetry, holding, exporter, _ = _held_pipeline(
+        max_pending=2, on_failure=lambda: failures.append(1)
+    )
     parent_gate = holding.hold("parent")
     telemetry.diagnostic("late_span", "parent")
     assert holding.entered["parent"].wait(timeout=30)
@@ -514,6 +517,7 @@ def test_after_a_fork_the_child_starts_with_no_queue_no_worker_and_no_held_lock(
             ("late_span", "child-1"),
             ("telemetry_error", None),
         ]
+        assert len(failures) == 1  # the child's one drop, not the parent's
         assert telemetry.errors == 0
     finally:
         parent_gate.set()
