@@ -376,3 +376,29 @@ def test_a_failed_transition_record_is_reported_even_when_its_loop_event_is_emit
     pipeline.telemetry.transition(transition("stopped", phase_after="latched"))
     assert failures == [1]
     assert _points(pipeline, DIAGNOSTICS_METRIC) == {(("diagnostic", "telemetry_error"),): 1}
+
+
+@pytest.mark.parametrize("max_pending", [0, -1])
+def test_a_queue_that_holds_nothing_is_refused(max_pending: int) -> None:
+    with pytest.raises(ValueError, match=r"^max_pending must be at least 1$"):
+        GuardTelemetry(MeterProvider(), NoOpLoggerProvider(), max_pending=max_pending)
+
+
+def test_an_emission_bug_is_one_error_named_flush_and_the_queue_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pipeline = Pipeline()
+    telemetry = GuardTelemetry(pipeline.meter_provider, pipeline.logger_provider)
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.guard.telemetry"):
+        telemetry.transition(transition(failure_count=None))  # no bucket for it: a bug
+        telemetry.flush()
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel_guard: telemetry emission failed (flush)"
+    ]
+    assert telemetry.errors == 1
+    telemetry.diagnostic("late_span", "p")
+    telemetry.flush()
+    assert [r.log_record.event_name for r in pipeline.exporter.get_finished_logs()] == [
+        DIAGNOSTIC_EVENT
+    ]
+    telemetry.close()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -558,3 +561,35 @@ def test_closing_after_the_worker_could_not_be_started_returns(
     telemetry.close()
     assert _emitted(exporter) == [("late_span", "p")]
     assert telemetry.errors == 0
+
+
+def test_the_worker_is_woken_before_its_interval_only_when_512_records_are_pending() -> None:
+    telemetry, holding, _, _ = _held_pipeline()
+    gate = holding.hold("held")
+    telemetry.diagnostic("late_span", "held")
+    assert holding.entered["held"].wait(timeout=30)  # the worker, emitting it, is held
+    assert holding.threads["held"] is telemetry._worker
+    try:
+        for n in range(511):
+            telemetry.diagnostic("late_span", f"p{n}")
+        assert not telemetry._wake.is_set()
+        telemetry.diagnostic("late_span", "p511")
+        assert telemetry._wake.is_set()
+    finally:
+        gate.set()
+        telemetry.close()
+
+
+def test_a_process_that_never_shuts_the_telemetry_down_still_exits() -> None:
+    script = (
+        "from opentelemetry.sdk._logs import LoggerProvider\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "from otel_guard.guard.telemetry import GuardTelemetry\n"
+        "telemetry = GuardTelemetry(MeterProvider(), LoggerProvider())\n"
+        "telemetry.diagnostic('late_span', 'p')\n"
+        "assert telemetry._worker is not None and telemetry._worker.is_alive()\n"
+    )
+    # The child imports the package this test imported, wherever that is.
+    root = str(Path(telemetry_module.__file__).resolve().parent.parent.parent)
+    environment = {**os.environ, "PYTHONPATH": root}
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=30, env=environment)

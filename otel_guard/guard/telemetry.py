@@ -540,7 +540,7 @@ class GuardTelemetry:
         if not ok:
             self._report_failure()
 
-    def observations(self, counts: Mapping[tuple[str | None, str | None], int]) -> bool:
+    def observations(self, counts: Mapping[tuple[str | None, str | None], int]) -> None:
         """Count the observations of one evaluated batch (the execution SLI's denominator).
 
         ``counts`` maps each (execution status, tool type) pair as the spans carried them to
@@ -558,7 +558,6 @@ class GuardTelemetry:
                     tool_type if tool_type in _TOOL_TYPES else "other",
                 )
                 table[key] = table.get(key, 0) + value
-        return True
 
     def _emit_diagnostic(
         self,
