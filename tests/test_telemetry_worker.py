@@ -580,7 +580,12 @@ def test_the_worker_is_woken_before_its_interval_only_when_512_records_are_pendi
         telemetry.close()
 
 
-def test_a_process_that_never_shuts_the_telemetry_down_still_exits() -> None:
+def test_the_worker_is_a_daemon_so_a_process_that_never_shuts_the_telemetry_down_exits() -> None:
+    meter_provider, _, logger_provider = _providers()
+    telemetry = GuardTelemetry(meter_provider, logger_provider)
+    telemetry.diagnostic("late_span", "p")
+    assert telemetry._worker is not None and telemetry._worker.daemon
+    telemetry.close()
     script = (
         "from opentelemetry.sdk._logs import LoggerProvider\n"
         "from opentelemetry.sdk.metrics import MeterProvider\n"

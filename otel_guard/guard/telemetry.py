@@ -429,7 +429,6 @@ class GuardTelemetry:
             worker.start()
         except RuntimeError:  # no new threads (the interpreter is exiting): emit here instead
             self._background = False
-            self._worker = None  # a thread never started cannot be joined
             self.flush()
 
     # -- emitting (the worker, or the caller of flush) ---------------------------------------
@@ -480,8 +479,9 @@ class GuardTelemetry:
         self.flush()
         worker = self._worker
         me = threading.get_ident()
-        # A thread cannot wait for itself, and while this thread emits the worker waits for it.
-        if worker is not None and worker.ident != me and self._emitter != me:
+        # A worker that never started needs no wait, a thread cannot wait for itself, and while
+        # this thread emits the worker waits for it.
+        if worker is not None and worker.is_alive() and worker.ident != me and self._emitter != me:
             worker.join(timeout=5.0)
 
     def _after_fork_in_child(self) -> None:
