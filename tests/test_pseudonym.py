@@ -93,3 +93,10 @@ def test_the_exporter_and_install_guard_take_the_key() -> None:
         assert otel.span_exporter.redact(span).attributes == {"gen_ai.tool.name": keyed}
     finally:
         otel.shutdown()
+
+
+def test_a_name_with_a_lone_surrogate_has_a_pseudonym_of_its_code_units() -> None:
+    name = "run\ud800shell"  # as a JSON trace may carry it
+    expected = hmac.new(b"k", name.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    assert Pseudonymizer(b"k")(name) == "tool_" + expected.hexdigest()[:16]
+    assert Pseudonymizer(b"k")(name) != Pseudonymizer(b"k")("run\udfffshell")

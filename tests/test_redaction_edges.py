@@ -7,13 +7,16 @@ import logging
 from collections.abc import Sequence
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, Status, StatusCode
 
 from otel_guard import RedactingSpanExporter
+from otel_guard.privacy.pseudonym import Pseudonymizer
 from otel_guard.privacy.redaction import REDACTED_SPAN_NAME
+from otel_guard.privacy.sensitive import SensitiveKeys
 
 
 def pipeline(
@@ -130,3 +133,185 @@ def test_exported_event_attributes_are_read_only() -> None:
     (event,) = exported.events
     with pytest.raises(TypeError):
         event.attributes["k"] = "changed"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "kept"),
+    [
+        # count: numbers only, never text or flags
+        ("gen_ai.usage.input_tokens", 12, True),
+        ("gen_ai.usage.input_tokens", 1.5, True),
+        ("gen_ai.usage.input_tokens", (1, 2), True),
+        ("gen_ai.usage.input_tokens", "12 tokens of secret", False),
+        ("gen_ai.usage.input_tokens", True, False),
+        ("gen_ai.usage.input_tokens", (1, True), False),
+        # word: short tokens, alone or in a list
+        ("gen_ai.request.model", "model-x", True),
+        ("gen_ai.response.finish_reasons", ("stop", "length"), True),
+        ("gen_ai.request.model", "model x", False),
+        ("gen_ai.request.model", 7, False),
+        ("gen_ai.response.finish_reasons", ("stop", "the user said no"), False),
+        ("gen_ai.response.finish_reasons", ("stop", 7), False),
+        # as is: what the guard reads and opaque IDs, whatever they hold
+        ("acp.prompt.id", "prompt 1 / ü", True),
+        ("acp.input.external", True, True),
+        ("gen_ai.tool.call.id", ("call 1", "call 2"), True),
+    ],
+)
+def test_a_genai_span_keeps_an_allowed_key_only_when_its_value_has_the_keys_shape(
+    key: str, value: object, kept: bool
+) -> None:
+    out = InMemorySpanExporter()
+    attributes = {"gen_ai.operation.name": "chat", key: value}
+    RedactingSpanExporter(out).export([ReadableSpan("chat", attributes=attributes)])  # type: ignore[arg-type]
+    (exported,) = out.get_finished_spans()
+    expected = (
+        {"gen_ai.operation.name": "chat", key: value} if kept else {"gen_ai.operation.name": "chat"}
+    )
+    assert dict(exported.attributes or {}) == expected
+
+
+def test_a_span_that_is_not_a_genai_span_keeps_allowed_keys_of_any_shape() -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("work") as span:
+        span.set_attributes({"server.address": "not a word", "server.port": "443"})
+    (exported,) = out.get_finished_spans()
+    assert dict(exported.attributes or {}) == {"server.address": "not a word", "server.port": "443"}
+
+
+@pytest.mark.parametrize(("length", "exported"), [(256, True), (257, False)])
+def test_a_tool_name_up_to_256_characters_is_a_pseudonym_and_a_longer_one_is_dropped(
+    length: int, exported: bool
+) -> None:
+    name = "t" * length
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out, pseudonym_key=b"k")
+    exporter.export([ReadableSpan("execute_tool", attributes={"gen_ai.tool.name": name})])
+    (span,) = out.get_finished_spans()
+    expected = {"gen_ai.tool.name": Pseudonymizer(b"k")(name)} if exported else {}
+    assert dict(span.attributes or {}) == expected
+
+
+def test_removes_answers_for_spans_that_are_not_genai_spans_unless_told() -> None:
+    exporter = RedactingSpanExporter(InMemorySpanExporter())
+    assert exporter.removes("labels") is False
+    assert exporter.removes("labels", genai=True) is True
+    assert exporter.removes("user.id") is True
+
+
+def test_each_resource_is_redacted_once_and_keeps_its_schema_url() -> None:
+    schema = "https://opentelemetry.io/schemas/1.26.0"
+    first = Resource({"service.name": "a", "process.owner": "alice"}, schema)
+    second = Resource({"service.name": "b", "process.owner": "bob"}, schema)
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out)
+    spans = [ReadableSpan(name, resource=r) for name, r in [("1", first), ("2", second)]]
+    exporter.export(spans)
+    exporter.export([ReadableSpan("3", resource=first)])
+    one, two, three = (s.resource for s in out.get_finished_spans())
+    assert dict(one.attributes) == {"service.name": "a"}
+    assert dict(two.attributes) == {"service.name": "b"}
+    assert three is one  # not redacted again after another resource came between
+    assert one.schema_url == two.schema_url == schema
+
+
+@pytest.mark.parametrize(
+    ("event_name", "event_attributes"),
+    [("gen_ai.choice", {}), ("choice", {"gen_ai.response.id": "r-1"})],
+)
+def test_a_span_is_a_genai_span_by_an_event_name_or_an_event_attribute_alone(
+    event_name: str, event_attributes: dict[str, str]
+) -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("work") as span:
+        span.set_attribute("labels", "kept on other spans")
+        span.add_event(event_name, event_attributes)
+    (exported,) = out.get_finished_spans()
+    assert dict(exported.attributes or {}) == {}  # the allow-list applies
+
+
+def test_the_resource_cache_starts_over_when_it_holds_4096_resources() -> None:
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out)
+    resources = [Resource({"service.name": f"s{n}", "process.owner": "al"}) for n in range(4097)]
+    exporter.export([ReadableSpan("a", resource=r) for r in resources[:4096]])
+    exporter.export([ReadableSpan("b", resource=resources[0])])  # held: the same copy
+    exporter.export([ReadableSpan("c", resource=resources[4096])])  # one more: it starts over
+    exporter.export([ReadableSpan("d", resource=resources[0])])
+    spans = out.get_finished_spans()
+    first = spans[0].resource
+    assert spans[4096].resource is first
+    assert spans[-1].resource is not first
+    assert spans[-1].resource == first == Resource({"service.name": "s0"})
+
+
+def test_extra_keys_and_patterns_are_removed_from_resources_too() -> None:
+    resource = Resource(
+        {"service.name": "agent", "deployment.owner": "alice", "team.lead": "bob", "team": "x"}
+    )
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(
+        out, extra_keys=["deployment.owner"], extra_patterns=[r"team\..+", r"nothing"]
+    )
+    exporter.export([ReadableSpan("work", resource=resource)])
+    (span,) = out.get_finished_spans()
+    assert dict(span.resource.attributes) == {"service.name": "agent", "team": "x"}
+
+
+def test_without_extra_patterns_no_key_matches_by_pattern_not_even_the_empty_one() -> None:
+    assert SensitiveKeys()("") is False
+    assert SensitiveKeys(["a"])("") is False
+    assert RedactingSpanExporter(InMemorySpanExporter()).removes("") is False
+    assert (
+        RedactingSpanExporter(InMemorySpanExporter(), extra_patterns=["x.*"]).removes("") is False
+    )
+
+
+@pytest.mark.parametrize(
+    ("attributes", "name"),
+    [
+        ({"gen_ai.operation.name": "chat", "gen_ai.response.model": "model-y"}, "chat model-y"),
+        (
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "model-x",
+                "gen_ai.response.model": "model-y",
+            },
+            "chat model-x",
+        ),
+        ({"gen_ai.operation.name": "chat"}, "chat"),
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.request.model": "m"}, "execute_tool"),
+    ],
+)
+def test_a_model_call_is_named_after_the_requested_else_the_responding_model(
+    attributes: dict[str, str], name: str
+) -> None:
+    out = InMemorySpanExporter()
+    RedactingSpanExporter(out).export([ReadableSpan("anything", attributes=attributes)])
+    (span,) = out.get_finished_spans()
+    assert span.name == name
+
+
+@pytest.mark.parametrize(
+    ("allowed", "name"), [((), "execute_tool"), (("gen_ai.tool.name",), "Run-Shell")]
+)
+def test_with_an_allow_list_a_tool_span_whose_name_was_rewritten_is_named_after_its_operation(
+    allowed: tuple[str, ...], name: str
+) -> None:
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out, allow_keys=["gen_ai.operation.name", *allowed])
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run_shell"}
+    exporter.export([ReadableSpan("Run-Shell", attributes=attributes)])
+    (span,) = out.get_finished_spans()
+    assert span.name == name
+
+
+@pytest.mark.parametrize("path", ["/home/u/notes/", "C:\\Users\\u\\notes\\", "/home/u/notes"])
+def test_the_last_part_of_a_removed_path_is_searched_in_names_even_after_a_trailing_slash(
+    path: str,
+) -> None:
+    provider, out = pipeline()
+    with provider.get_tracer("agent").start_as_current_span("list NOTES") as span:
+        span.set_attribute("file.path", path)
+    (exported,) = out.get_finished_spans()
+    assert exported.name == REDACTED_SPAN_NAME

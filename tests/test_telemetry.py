@@ -4,11 +4,12 @@ rather than raised (docs/contract.md section 5)."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import pytest
 from opentelemetry._logs import NoOpLogger, NoOpLoggerProvider, SeverityNumber
-from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -18,6 +19,7 @@ from otel_guard.guard.telemetry import (
     DIAGNOSTIC_EVENT,
     DIAGNOSTICS_METRIC,
     LOOP_EVENT,
+    OBSERVATIONS_METRIC,
     SCOPE_NAME,
     TRANSITION_EVENT,
     GuardTelemetry,
@@ -180,6 +182,17 @@ def test_without_a_logger_transitions_are_counted_and_not_reported_as_failures(
     assert [r.getMessage() for r in caplog.records] == [
         "otel_guard: telemetry emission failed (logger)"
     ]
+    data = reader.get_metrics_data()
+    assert data is not None
+    diagnostics = [
+        dict(point.attributes or {})
+        for rm in data.resource_metrics
+        for scope in rm.scope_metrics
+        for metric in scope.metrics
+        if metric.name == DIAGNOSTICS_METRIC
+        for point in metric.data.data_points  # type: ignore[attr-defined]
+    ]
+    assert diagnostics == [{"diagnostic": "late_span"}]  # no telemetry_error
 
 
 def test_a_failing_meter_provider_is_one_error_named_meter(
@@ -213,3 +226,179 @@ def test_a_failing_loop_event_fails_its_transition_and_is_counted_each_time(
         f"otel_guard: telemetry emission failed ({LOOP_EVENT})"
     ] * 2
     assert not any(r.exc_info for r in caplog.records)  # no traceback
+
+
+def _points(pipeline: Pipeline, name: str) -> dict[tuple[tuple[str, Any], ...], int]:
+    data = pipeline.reader.get_metrics_data()
+    assert data is not None
+    return {
+        tuple(sorted((point.attributes or {}).items())): point.value  # type: ignore[attr-defined]
+        for rm in data.resource_metrics
+        for scope in rm.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points  # type: ignore[attr-defined]
+    }
+
+
+def test_observations_are_counted_by_closed_execution_status_and_tool_type() -> None:
+    pipeline = Pipeline()
+    pipeline.telemetry.observations(
+        {("error", "native"): 2, ("exploded", None): 1, (None, "mcp"): 3, ("success", "Native"): 1}
+    )
+    pipeline.telemetry.observations({("error", "native"): 1, ("cancelled", "mcp"): 1})
+    assert _points(pipeline, OBSERVATIONS_METRIC) == {
+        (("execution_status", "error"), ("tool_type", "native")): 3,
+        (("execution_status", "unknown"), ("tool_type", "other")): 1,
+        (("execution_status", "unknown"), ("tool_type", "mcp")): 3,
+        (("execution_status", "success"), ("tool_type", "other")): 1,
+        (("execution_status", "cancelled"), ("tool_type", "mcp")): 1,
+    }
+    (scope, metric) = pipeline.metrics()[OBSERVATIONS_METRIC]
+    assert (scope.name, scope.version, metric.unit, metric.description) == (
+        SCOPE_NAME,
+        __version__,
+        "{call}",
+        "Tool calls observed in batches the repeated-tool-failure guard evaluated.",
+    )
+
+
+def test_a_diagnostic_carries_the_time_given_or_else_the_time_it_was_handed_over() -> None:
+    pipeline = Pipeline()
+    before = time.time_ns()
+    pipeline.telemetry.diagnostic("late_span", "p")
+    after = time.time_ns()
+    pipeline.telemetry.diagnostic("late_span", "p", timestamp=1_234)
+    first, second = (r.log_record.timestamp for r in pipeline.exporter.get_finished_logs())
+    assert first is not None and before <= first <= after
+    assert second == 1_234
+
+
+class _LoopRefusing(LogRecordProcessor):
+    """Accepts every record but the loop event, which it refuses by raising."""
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        if log_record.log_record.event_name == LOOP_EVENT:
+            raise RuntimeError("loop sink down")
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_a_failed_record_is_followed_by_a_telemetry_error_record_of_that_time() -> None:
+    pipeline = Pipeline()
+    pipeline.logger_provider.add_log_record_processor(_LoopRefusing())
+    before = time.time_ns()
+    pipeline.telemetry.transition(transition("stopped", phase_after="latched"), timestamp=7)
+    after = time.time_ns()
+    records = [r.log_record for r in pipeline.exporter.get_finished_logs()]
+    assert [(r.event_name, (r.attributes or {}).get("diagnostic")) for r in records] == [
+        (TRANSITION_EVENT, None),
+        (LOOP_EVENT, None),
+        (DIAGNOSTIC_EVENT, "telemetry_error"),
+    ]
+    assert [r.timestamp for r in records[:2]] == [7, 7]
+    failure_time = records[2].timestamp
+    assert failure_time is not None and before <= failure_time <= after
+    assert pipeline.telemetry.errors == 1
+
+
+def test_a_raising_failure_callback_is_one_more_error_named_on_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def on_failure() -> None:
+        raise RuntimeError("callback broken")
+
+    pipeline = Pipeline()
+    pipeline.logger_provider.add_log_record_processor(_LoopRefusing())
+    pipeline.telemetry = GuardTelemetry(
+        pipeline.meter_provider, pipeline.logger_provider, background=False, on_failure=on_failure
+    )
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.guard.telemetry"):
+        pipeline.telemetry.transition(transition("stopped", phase_after="latched"))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"otel_guard: telemetry emission failed ({LOOP_EVENT})",
+        "otel_guard: telemetry emission failed (on_failure)",
+    ]
+    assert pipeline.telemetry.errors == 2
+    # The telemetry_error record is still emitted and counted.
+    assert _points(pipeline, DIAGNOSTICS_METRIC) == {(("diagnostic", "telemetry_error"),): 1}
+
+
+def test_a_transition_without_a_time_is_stamped_with_the_time_its_records_were_built() -> None:
+    pipeline = Pipeline()
+    before = time.time_ns()
+    pipeline.telemetry.transition(transition("stopped", phase_after="latched"))
+    after = time.time_ns()
+    records = [r.log_record for r in pipeline.exporter.get_finished_logs()]
+    assert [r.event_name for r in records] == [TRANSITION_EVENT, LOOP_EVENT]
+    times = {(r.timestamp, r.observed_timestamp) for r in records}
+    assert len(times) == 1  # both records, both times: the one moment they were built
+    ((happened, observed),) = times
+    assert happened is not None and before <= happened <= after
+    assert observed == happened
+
+
+def test_a_transition_time_is_the_argument_else_the_transitions_own() -> None:
+    pipeline = Pipeline()
+    pipeline.telemetry.transition(transition(timestamp=5))
+    pipeline.telemetry.transition(transition(timestamp=5), timestamp=9)
+    records = [r.log_record for r in pipeline.exporter.get_finished_logs()]
+    assert [r.timestamp for r in records] == [5, 9]
+    assert all(r.observed_timestamp not in (None, 5, 9) for r in records)
+
+
+class _TransitionRefusing(LogRecordProcessor):
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        if log_record.log_record.event_name == TRANSITION_EVENT:
+            raise RuntimeError("transition sink down")
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_a_failed_transition_record_is_reported_even_when_its_loop_event_is_emitted() -> None:
+    failures: list[int] = []
+    pipeline = Pipeline()
+    pipeline.logger_provider.add_log_record_processor(_TransitionRefusing())
+    pipeline.telemetry = GuardTelemetry(
+        pipeline.meter_provider,
+        pipeline.logger_provider,
+        background=False,
+        on_failure=lambda: failures.append(1),
+    )
+    pipeline.telemetry.transition(transition("stopped", phase_after="latched"))
+    assert failures == [1]
+    assert _points(pipeline, DIAGNOSTICS_METRIC) == {(("diagnostic", "telemetry_error"),): 1}
+
+
+@pytest.mark.parametrize("max_pending", [0, -1])
+def test_a_queue_that_holds_nothing_is_refused(max_pending: int) -> None:
+    with pytest.raises(ValueError, match=r"^max_pending must be at least 1$"):
+        GuardTelemetry(MeterProvider(), NoOpLoggerProvider(), max_pending=max_pending)
+
+
+def test_an_emission_bug_is_one_error_named_flush_and_the_queue_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pipeline = Pipeline()
+    telemetry = GuardTelemetry(pipeline.meter_provider, pipeline.logger_provider)
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.guard.telemetry"):
+        telemetry.transition(transition(failure_count=None))  # no bucket for it: a bug
+        telemetry.flush()
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel_guard: telemetry emission failed (flush)"
+    ]
+    assert telemetry.errors == 1
+    telemetry.diagnostic("late_span", "p")
+    telemetry.flush()
+    assert [r.log_record.event_name for r in pipeline.exporter.get_finished_logs()] == [
+        DIAGNOSTIC_EVENT
+    ]
+    telemetry.close()

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +19,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from otel_guard.guard import telemetry as telemetry_module
 from otel_guard.guard.telemetry import (
     DECISIONS_METRIC,
     DIAGNOSTIC_EVENT,
@@ -285,3 +291,310 @@ def test_a_log_pipeline_that_collects_the_guard_metrics_while_exporting_does_not
     assert not flusher.is_alive()
     assert collecting.collected == 3
     assert h.decision_counts() == {"tracked": 1, "would_warn": 1, "would_stop": 1}
+
+
+class Holding(LogRecordProcessor):
+    """Holds the emission of a record whose prompt ID was given to :meth:`hold` until its gate
+    opens; notes every prompt ID it sees and the thread that entered each held record."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, threading.Event] = {}
+        self.entered: dict[str, threading.Event] = {}
+        self.threads: dict[str, threading.Thread] = {}
+
+    def hold(self, prompt_id: str) -> threading.Event:
+        self.entered[prompt_id] = threading.Event()
+        gate = self.gates[prompt_id] = threading.Event()
+        return gate
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        prompt_id = str((log_record.log_record.attributes or {}).get("prompt_id"))
+        if prompt_id in self.gates:
+            self.threads[prompt_id] = threading.current_thread()
+            self.entered[prompt_id].set()
+            self.gates[prompt_id].wait(timeout=30)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def _held_pipeline(
+    *processors: LogRecordProcessor, **options: Any
+) -> tuple[GuardTelemetry, Holding, InMemoryLogRecordExporter, InMemoryMetricReader]:
+    meter_provider, reader, logger_provider = _providers()
+    holding = Holding()
+    logger_provider.add_log_record_processor(holding)
+    exporter = InMemoryLogRecordExporter()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    for processor in processors:
+        logger_provider.add_log_record_processor(processor)
+    return GuardTelemetry(meter_provider, logger_provider, **options), holding, exporter, reader
+
+
+def _emitted(exporter: InMemoryLogRecordExporter) -> list[tuple[Any, Any]]:
+    return [
+        (
+            (r.log_record.attributes or {}).get("diagnostic"),
+            (r.log_record.attributes or {}).get("prompt_id"),
+        )
+        for r in exporter.get_finished_logs()
+    ]
+
+
+def _drop_while_held(
+    telemetry: GuardTelemetry, holding: Holding, held: str, handed_over: int
+) -> None:
+    """Hand over ``handed_over`` diagnostics while the record ``held`` is being emitted, then
+    deliver everything."""
+    gate = holding.hold(held)
+    telemetry.diagnostic("late_span", held)
+    flusher = threading.Thread(target=telemetry.flush)
+    flusher.start()
+    assert holding.entered[held].wait(timeout=30)
+    for n in range(handed_over):
+        telemetry.diagnostic("late_span", f"{held}-{n}")
+    gate.set()
+    flusher.join(timeout=30)
+    telemetry.flush()
+
+
+def test_the_telemetry_errors_of_successive_drops_add_up() -> None:
+    failures: list[int] = []
+    telemetry, holding, exporter, reader = _held_pipeline(
+        max_pending=1, on_failure=lambda: failures.append(1)
+    )
+    before = time.time_ns()
+    _drop_while_held(telemetry, holding, "first", 3)  # 1 fits, 2 dropped
+    _drop_while_held(telemetry, holding, "second", 4)  # 1 fits, 3 dropped
+    after = time.time_ns()
+    assert telemetry.dropped == 5
+    assert len(failures) == 5
+    assert _diagnostic_counts(reader) == {"late_span": 4, "telemetry_error": 5}
+    errors = [r.log_record for r in exporter.get_finished_logs()]
+    errors = [r for r in errors if (r.attributes or {}).get("diagnostic") == "telemetry_error"]
+    assert len(errors) == 2  # one record per delivery that found drops
+    for record in errors:
+        assert record.timestamp is not None and before <= record.timestamp <= after
+    telemetry.close()
+
+
+def test_a_raising_failure_callback_for_dropped_records_is_an_error_named_on_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def on_failure() -> None:
+        raise RuntimeError("callback broken")
+
+    telemetry, holding, _, reader = _held_pipeline(max_pending=1, on_failure=on_failure)
+    with caplog.at_level(logging.DEBUG, logger="otel_guard.guard.telemetry"):
+        _drop_while_held(telemetry, holding, "first", 3)  # 2 dropped
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel_guard: telemetry emission failed (on_failure)"
+    ] * 2
+    assert telemetry.errors == 2
+    assert _diagnostic_counts(reader) == {"late_span": 2, "telemetry_error": 2}
+    telemetry.close()
+
+
+def test_a_record_handed_over_while_another_thread_emits_waits_its_turn() -> None:
+    telemetry, holding, exporter, _ = _held_pipeline(background=False)
+    gate = holding.hold("first")
+    first = threading.Thread(target=telemetry.diagnostic, args=("late_span", "first"))
+    first.start()
+    assert holding.entered["first"].wait(timeout=30)
+    second = threading.Thread(target=telemetry.diagnostic, args=("late_span", "second"))
+    second.start()
+    second.join(timeout=0.5)
+    assert second.is_alive()  # it waits for the record being emitted
+    assert _emitted(exporter) == []
+    gate.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert _emitted(exporter) == [("late_span", "first"), ("late_span", "second")]
+
+
+def test_a_record_handed_over_from_inside_an_emission_on_the_same_thread_is_emitted_at_once() -> (
+    None
+):
+    meter_provider, _, logger_provider = _providers()
+    exporter = InMemoryLogRecordExporter()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    telemetry = GuardTelemetry(meter_provider, logger_provider, background=False)
+
+    class HandingOver(LogRecordProcessor):
+        def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+            if (log_record.log_record.attributes or {}).get("prompt_id") == "outer":
+                telemetry.diagnostic("evicted", "inner")
+
+        def shutdown(self) -> None:
+            pass
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    logger_provider.add_log_record_processor(HandingOver())
+    telemetry.diagnostic("late_span", "outer")
+    assert _emitted(exporter) == [("late_span", "outer"), ("evicted", "inner")]
+    assert telemetry.errors == 0
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_closing_a_telemetry_that_never_started_a_worker_returns(background: bool) -> None:
+    telemetry, _, exporter, _ = _held_pipeline(background=background)
+    telemetry.close()
+    telemetry.close()  # idempotent
+    telemetry.diagnostic("late_span", "p")  # emitted at once
+    assert _emitted(exporter) == [("late_span", "p")]
+    assert telemetry._worker is None
+
+
+class _OnEmit(LogRecordProcessor):
+    """Calls ``action`` with each record it receives."""
+
+    def __init__(self, action: Any) -> None:
+        self.action = action
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        self.action(log_record)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_close_stops_the_worker_before_it_returns() -> None:
+    telemetry, _, exporter, _ = _held_pipeline(_OnEmit(lambda _: time.sleep(0.05)))
+    telemetry.diagnostic("late_span", "p")
+    worker = telemetry._worker
+    assert worker is not None
+    telemetry.close()  # the worker, woken, finds the record being emitted here, then ends
+    assert not worker.is_alive()
+    assert _emitted(exporter) == [("late_span", "p")]
+
+
+def test_close_called_on_the_worker_thread_does_not_wait_for_itself() -> None:
+    closing = _OnEmit(lambda _: telemetry.close())
+    telemetry, _, exporter, _ = _held_pipeline(closing)
+    telemetry.diagnostic("late_span", "p")
+    worker = telemetry._worker
+    assert worker is not None
+    worker.join(timeout=30)  # it emits within its interval, is closed from inside, and ends
+    assert not worker.is_alive()
+    assert _emitted(exporter) == [("late_span", "p")]
+    assert telemetry.errors == 0
+
+
+def test_after_a_fork_the_child_starts_with_no_queue_no_worker_and_no_held_lock() -> None:
+    failures: list[int] = []
+    telemetry, holding, exporter, _ = _held_pipeline(
+        max_pending=2, on_failure=lambda: failures.append(1)
+    )
+    parent_gate = holding.hold("parent")
+    telemetry.diagnostic("late_span", "parent")
+    assert holding.entered["parent"].wait(timeout=30)
+    parent_worker = telemetry._worker
+    assert holding.threads["parent"] is parent_worker  # the worker holds the emission lock
+    for n in range(3):  # 2 queued, 1 dropped
+        telemetry.diagnostic("late_span", f"parent-{n}")
+    try:
+        # What the fork hook runs in a child. There, the parent's queue and drops are the
+        # parent's to deliver, and its worker, holding the lock, does not exist.
+        gc.collect()
+        telemetry_module._reset_after_fork()
+        child_gate = holding.hold("child")
+        telemetry.diagnostic("late_span", "child")
+        # A worker of its own delivers, though the parent's still holds the parent's lock.
+        assert holding.entered["child"].wait(timeout=10)
+        assert holding.threads["child"] is telemetry._worker is not parent_worker
+        for n in range(3):  # 2 queued, 1 dropped
+            telemetry.diagnostic("late_span", f"child-{n}")
+        child_gate.set()
+        telemetry.flush()
+        assert _emitted(exporter) == [
+            ("late_span", "child"),
+            ("late_span", "child-0"),
+            ("late_span", "child-1"),
+            ("telemetry_error", None),
+        ]
+        assert len(failures) == 1  # the child's one drop, not the parent's
+        assert telemetry.errors == 0
+    finally:
+        parent_gate.set()
+        telemetry.close()
+
+
+def test_close_called_inside_an_emission_on_another_thread_does_not_wait_for_the_worker() -> None:
+    closed_in: list[tuple[threading.Thread, float]] = []
+
+    def close(_: object) -> None:
+        started = time.monotonic()
+        telemetry.close()
+        closed_in.append((threading.current_thread(), time.monotonic() - started))
+
+    telemetry, _, exporter, _ = _held_pipeline(_OnEmit(close))
+    telemetry.diagnostic("late_span", "first")  # starts the worker
+    worker = telemetry._worker
+    assert worker is not None
+    telemetry.flush()  # emits here, and closes from inside that emission
+    ((thread, seconds),) = closed_in
+    assert thread is threading.current_thread()
+    assert seconds < 4.0  # the worker, waiting for this emission to end, is not awaited
+    worker.join(timeout=30)  # once this emission is over, it ends
+    assert not worker.is_alive()
+    assert _emitted(exporter) == [("late_span", "first")]
+    assert telemetry.errors == 0
+
+
+def test_closing_after_the_worker_could_not_be_started_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    telemetry, _, exporter, _ = _held_pipeline()
+    telemetry.diagnostic("late_span", "p")  # emitted here, the worker having failed to start
+    telemetry.close()
+    assert _emitted(exporter) == [("late_span", "p")]
+    assert telemetry.errors == 0
+
+
+def test_the_worker_is_woken_before_its_interval_only_when_512_records_are_pending() -> None:
+    telemetry, holding, _, _ = _held_pipeline()
+    gate = holding.hold("held")
+    telemetry.diagnostic("late_span", "held")
+    assert holding.entered["held"].wait(timeout=30)  # the worker, emitting it, is held
+    assert holding.threads["held"] is telemetry._worker
+    try:
+        for n in range(511):
+            telemetry.diagnostic("late_span", f"p{n}")
+        assert not telemetry._wake.is_set()
+        telemetry.diagnostic("late_span", "p511")
+        assert telemetry._wake.is_set()
+    finally:
+        gate.set()
+        telemetry.close()
+
+
+def test_the_worker_is_a_daemon_so_a_process_that_never_shuts_the_telemetry_down_exits() -> None:
+    meter_provider, _, logger_provider = _providers()
+    telemetry = GuardTelemetry(meter_provider, logger_provider)
+    telemetry.diagnostic("late_span", "p")
+    assert telemetry._worker is not None and telemetry._worker.daemon
+    telemetry.close()
+    script = (
+        "from opentelemetry.sdk._logs import LoggerProvider\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "from otel_guard.guard.telemetry import GuardTelemetry\n"
+        "telemetry = GuardTelemetry(MeterProvider(), LoggerProvider())\n"
+        "telemetry.diagnostic('late_span', 'p')\n"
+        "assert telemetry._worker is not None and telemetry._worker.is_alive()\n"
+    )
+    # The child imports the package this test imported, wherever that is.
+    root = str(Path(telemetry_module.__file__).resolve().parent.parent.parent)
+    environment = {**os.environ, "PYTHONPATH": root}
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=30, env=environment)

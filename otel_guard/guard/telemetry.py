@@ -478,7 +478,10 @@ class GuardTelemetry:
         self._wake.set()
         self.flush()
         worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
+        me = threading.get_ident()
+        # A worker that never started needs no wait, a thread cannot wait for itself, and while
+        # this thread emits the worker waits for it.
+        if worker is not None and worker.is_alive() and worker.ident != me and self._emitter != me:
             worker.join(timeout=5.0)
 
     def _after_fork_in_child(self) -> None:
@@ -537,7 +540,7 @@ class GuardTelemetry:
         if not ok:
             self._report_failure()
 
-    def observations(self, counts: Mapping[tuple[str | None, str | None], int]) -> bool:
+    def observations(self, counts: Mapping[tuple[str | None, str | None], int]) -> None:
         """Count the observations of one evaluated batch (the execution SLI's denominator).
 
         ``counts`` maps each (execution status, tool type) pair as the spans carried them to
@@ -555,7 +558,6 @@ class GuardTelemetry:
                     tool_type if tool_type in _TOOL_TYPES else "other",
                 )
                 table[key] = table.get(key, 0) + value
-        return True
 
     def _emit_diagnostic(
         self,

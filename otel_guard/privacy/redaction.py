@@ -137,11 +137,14 @@ class RedactingSpanExporter(SpanExporter):
         genai = self._allow is None and _is_genai(span)
         attributes = self._filter(span.attributes, genai, removed, span.dropped_attributes)
         filtered_events = [
-            (event, self._filter(event.attributes, genai, removed, _dropped(event)))
+            (event, self._filter(event.attributes, genai, removed, event.dropped_attributes))
             for event in span.events
         ]
         links = [
-            Link(link.context, self._filter(link.attributes, genai, removed, _dropped(link)))
+            Link(
+                link.context,
+                self._filter(link.attributes, genai, removed, link.dropped_attributes),
+            )
             for link in span.links
         ]
         needles = _needles(removed)
@@ -340,8 +343,6 @@ def _fits(rule: AllowedKey, value: Any) -> bool:
     values = value if isinstance(value, (list, tuple)) else (value,)
     if shape == "count":
         return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    if shape == "flag":
-        return all(isinstance(v, bool) for v in values)
     return all(isinstance(v, str) and _WORD.fullmatch(v) is not None for v in values)
 
 
@@ -365,11 +366,6 @@ def _holds(name: str, needles: list[str]) -> bool:
 def _names(names: Iterable[str]) -> tuple[str, ...]:
     # A lone string is one name, not a sequence of one-letter keys.
     return (names,) if isinstance(names, str) else tuple(names)
-
-
-def _dropped(item: Event | Link | Any) -> int:
-    dropped = getattr(item, "dropped_attributes", 0)
-    return dropped if type(dropped) is int else 0
 
 
 def _collect_strings(value: Any, into: list[str]) -> None:

@@ -245,10 +245,9 @@ class SensitiveKeys:
     the registry's own keys case-insensitively.
     """
 
-    __slots__ = ("_extra", "_keys", "_pattern")
+    __slots__ = ("_extra", "_pattern")
 
     def __init__(self, extra_keys: Iterable[str] = (), extra_patterns: Iterable[str] = ()) -> None:
-        self._keys = SENSITIVE_KEYS
         self._extra = frozenset(extra_keys)
         patterns = tuple(extra_patterns)
         self._pattern = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
@@ -319,10 +318,10 @@ def is_genai_key(key: str) -> bool:
 
 # -- the allow-list: GenAI spans ---------------------------------------------------------------
 
-ValueShape = Literal["as_is", "count", "word", "flag"]
+ValueShape = Literal["as_is", "count", "word"]
 """How an allowed key's value is checked: ``as_is`` (read by the guard or an opaque ID: kept
 unchanged so replay sees what the guard saw), ``count`` (numbers), ``word`` (a short token of
-letters, digits and ``_.-:/@+``, or a list of them), ``flag`` (booleans)."""
+letters, digits and ``_.-:/@+``, or a list of them)."""
 
 
 @dataclass(frozen=True, slots=True)
