@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -720,3 +721,274 @@ def test_the_fast_reader_declines_or_agrees_on_every_odd_field(field: str, value
         body[field] = value
     (fast,), (full,) = _read_both([body])
     assert fast is None or (full is not None and _fields(fast) == _fields(full))
+
+
+# -- routing: a reader that builds only the traces its process replays -----------------------
+
+
+class _Shard:
+    """A router (otel_guard.replay.otlp_json.Router) that owns the prompts whose key starts with
+    ``mine`` and knows the owners of the traces in ``known`` already."""
+
+    def __init__(self, known: dict[int, bool]) -> None:
+        self.known = known
+        self.decided: dict[int, bool] = {}
+
+    def owner_of(self, trace_id: int) -> bool | None:
+        return self.known.get(trace_id)
+
+    def owns_key(self, key: str) -> bool:
+        return key.startswith("mine")
+
+    def decide(self, trace_id: int, owned: bool) -> None:
+        self.decided[trace_id] = owned
+
+
+_PROMPT, _OPERATION, _CONVERSATION = (
+    "acp.prompt.id",
+    "gen_ai.operation.name",
+    "gen_ai.conversation.id",
+)
+
+
+def _routed_span(trace: int, span: int, parent: int | None, *attributes: Any) -> dict[str, Any]:
+    """A span body; ``attributes`` are (key, value) pairs (a str value is a stringValue) or,
+    raw, entries as the line holds them."""
+    body: dict[str, Any] = {
+        "traceId": f"{trace:032x}",
+        "spanId": f"{span:016x}",
+        "name": f"s{span}",
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "2",
+    }
+    if parent is not None:
+        body["parentSpanId"] = "" if parent == 0 else f"{parent:016x}"
+    if attributes:
+        body["attributes"] = [
+            {"key": a[0], "value": {"stringValue": a[1]} if isinstance(a[1], str) else a[1]}
+            if isinstance(a, tuple)
+            else a
+            for a in attributes
+        ]
+    return body
+
+
+def _routed_line(*scopes: list[dict[str, Any]]) -> bytes:
+    """One request: the first scope in a resource of its own, the others in a second one."""
+    blocks = [{"scopeSpans": [{"spans": scopes[0]}]}]
+    if len(scopes) > 1:
+        blocks.append({"scopeSpans": [{"spans": spans} for spans in scopes[1:]]})
+    return json.dumps({"resourceSpans": blocks}).encode() + b"\n"
+
+
+def test_a_router_decides_each_trace_by_its_owner_or_its_first_prompt_key() -> None:
+    theirs_by_agent = [(_OPERATION, "invoke_agent"), (_CONVERSATION, "theirs-5")]
+    line = _routed_line(
+        [
+            _routed_span(1, 11, None),  # 1: known to be another process's; a root
+            _routed_span(2, 21, None, (_PROMPT, "theirs-2")),  # 2: known ours; its key unread
+            _routed_span(3, 31, 32),  # 3: undecided until its second span names a prompt
+            _routed_span(4, 41, 42),  # 4: the same, of a prompt another process replays
+            _routed_span(1, 12, 11),  # a child of 1
+            _routed_span(3, 32, 0, (_PROMPT, "mine-3")),  # a root with an empty parent ID
+            _routed_span(4, 42, None, (_PROMPT, "theirs-4")),
+            _routed_span(3, 33, 32, (_PROMPT, "theirs-3")),  # 3 is decided by its first key
+        ],
+        [
+            _routed_span(5, 51, None, *theirs_by_agent),  # an agent's conversation is its key
+            _routed_span(6, 61, None, (_OPERATION, "chat"), (_CONVERSATION, "theirs-6")),
+            _routed_span(1, 13, 11, (_PROMPT, "mine-1")),
+        ],
+        [
+            # A prompt ID that is not a string names no prompt: the conversation does.
+            _routed_span(7, 71, None, (_PROMPT, {"stringValue": 7}), *theirs_by_agent),
+            # The prompt ID comes before an agent's conversation.
+            _routed_span(8, 81, None, (_PROMPT, "mine-8"), *theirs_by_agent),
+            # Entries that are not well formed are passed over (the trace is not built here).
+            _routed_span(9, 91, None, 5, {"key": _PROMPT, "value": "x"}, (_PROMPT, "theirs-9")),
+            _routed_span(10, 101, None, (_OPERATION, "invoke_agent")),  # no conversation
+        ],
+    )
+    router = _Shard({1: False, 2: True})
+    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
+    assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == [
+        1,  # a root of another process's trace: its trace ID
+        "s21",
+        "s31",
+        None,  # a child of another process's trace: a place only
+        None,
+        "s32",
+        4,
+        "s33",
+        5,
+        "s61",
+        None,
+        7,
+        "s81",
+        9,
+        "s101",
+    ]
+    assert router.decided == {3: True, 4: False, 5: False, 7: False, 8: True, 9: False}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        {"resourceSpans": None},
+        {"resourceSpans": [5]},
+        {"resourceSpans": [{"scopeSpans": None}]},
+        {"resourceSpans": [{"scopeSpans": [5]}]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": None}]}]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": [_routed_span(1, 11, None), 5]}]}]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": [_routed_span(1, 11, None), {}]}]}]},
+        {
+            "resourceSpans": [
+                {"scopeSpans": [{"spans": [_routed_span(1, 11, None), {"traceId": []}]}]}
+            ]
+        },
+        {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {"spans": [{**_routed_span(3, 31, None), "traceId": "zz"}]},
+                    ]
+                }
+            ]
+        },
+        {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                _routed_span(3, 31, None, (_PROMPT, "theirs-3")),
+                                {**_routed_span(3, 32, None), "traceId": "zz"},
+                            ]
+                        },
+                    ]
+                }
+            ]
+        },
+    ],
+)
+def test_a_line_a_router_cannot_read_is_described_as_without_one(line: dict[str, Any]) -> None:
+    data = json.dumps(line).encode() + b"\n"
+    with pytest.raises(MalformedInput) as plain:
+        list(OtlpJsonReader(["-"], stdin=io.BytesIO(data)))
+    router = _Shard({1: False})
+    with pytest.raises(MalformedInput) as routed:
+        list(OtlpJsonReader(["-"], stdin=io.BytesIO(data), router=router))
+    assert str(routed.value) == str(plain.value)
+    assert router.decided == {}  # a line that did not decode whole decides nothing
+
+
+# -- exception events -------------------------------------------------------------------------
+
+
+def test_exception_events_are_read_with_their_type_and_time_only() -> None:
+    def exception(**fields: Any) -> dict[str, Any]:
+        return {"name": "exception", **fields}
+
+    def typed(value: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"key": "exception.message", "value": {"stringValue": "no such file"}},
+            {"key": "exception.type", "value": value},
+        ]
+
+    events = [
+        exception(timeUnixNano="5", attributes=typed({"stringValue": "FileNotFoundError"})),
+        {"name": "log", "timeUnixNano": "6"},  # not an exception: left out
+        5,  # not an object: left out
+        exception(timeUnixNano="7"),  # no attributes: no type
+        exception(timeUnixNano="8", attributes=typed({"intValue": "3"})),  # not a type name
+        exception(timeUnixNano="9", attributes=[5]),  # attributes not well formed: left out
+        exception(timeUnixNano="x1"),  # a time that is not a decimal string: none
+        exception(timeUnixNano=11),
+        exception(),
+    ]
+    span = {**_routed_span(1, 11, None), "events": events}
+    uncommon = {**span, "flags": "1"}  # read by the full reader
+    for body in (span, uncommon):
+        (read,) = parse_request(one_span_line(body))
+        found = [(e.name, dict(e.attributes or {}), e.timestamp) for e in read.events]
+        assert [(name, attributes) for name, attributes, _ in found] == [
+            ("exception", {"exception.type": "FileNotFoundError"}),
+            ("exception", {}),
+            ("exception", {}),
+            ("exception", {}),
+            ("exception", {}),
+            ("exception", {}),
+        ]
+        assert [time for _, _, time in found[:3]] == [5, 7, 8]
+        assert all(time not in (None, 1, 11) for _, _, time in found[3:])  # no time read
+
+
+def test_a_span_without_events_has_none() -> None:
+    (read,) = parse_request(one_span_line(_routed_span(1, 11, None)))
+    assert read.events == ()
+
+
+def test_a_span_read_by_the_full_reader_keeps_its_resource_and_scope() -> None:
+    span = {**_routed_span(1, 11, None), "flags": "1"}  # a string: the full reader reads it
+    line = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "a"}}]
+                },
+                "scopeSpans": [{"scope": {"name": "tools", "version": "2"}, "spans": [span]}],
+            }
+        ]
+    }
+    (read,) = parse_request(json.dumps(line))
+    assert dict(read.resource.attributes) == {"service.name": "a"}
+    assert read.instrumentation_scope == InstrumentationScope("tools", "2")
+
+
+# -- the reader's entry points ---------------------------------------------------------------
+
+
+@pytest.mark.skipif(otlp_json._loads_fast is None, reason="the fast extra is not installed")
+def test_the_fast_decoder_is_orjsons_when_the_fast_extra_is_installed() -> None:
+    import orjson
+
+    assert otlp_json._load_fast() is orjson.loads
+
+
+def test_a_text_line_that_cannot_be_utf8_is_described_not_raised_by_the_codec() -> None:
+    with pytest.raises(ValueError) as error:
+        parse_request('{"resourceSpans": [], "x": "\ud800"}')
+    assert type(error.value) is ValueError
+    assert str(error.value) == "not UTF-8 text"
+
+
+def test_a_line_of_another_signal_is_not_a_trace_request() -> None:
+    with pytest.raises(ValueError) as error:
+        parse_request('{"resourceMetrics": []}')
+    assert str(error.value) == "not a trace export request (metrics)"
+
+
+def test_the_reader_names_the_source_it_reads_and_stops_where_told(tmp_path: Path) -> None:
+    first, second = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
+    line = json.dumps(encode_request(produce()))
+    first.write_text(f"{line}\n{line}\n", encoding="utf-8")
+    second.write_text(f"{line}\n\n{line}\nnot json\n", encoding="utf-8")
+    reader = OtlpJsonReader([str(first), str(second)], stop=(1, 4))
+    assert reader.source_index == 0
+    read = [(reader.source_index, item.line, reader.bytes_read) for item in reader]
+    size = first.stat().st_size
+    # A file smaller than a chunk is read whole at its first line; line 4 is not even decoded.
+    assert read == [
+        (0, 1, size),
+        (0, 2, size),
+        (1, 1, reader.total_bytes),
+        (1, 3, reader.total_bytes),
+    ]
+
+
+def test_the_reader_holds_its_sources_to_its_record_limit() -> None:
+    line = json.dumps(encode_request(produce())).encode()
+    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(line + b"\n"), max_record_bytes=len(line) - 1)
+    with pytest.raises(MalformedInput) as error:
+        list(reader)
+    assert str(error.value).startswith(f"-:1: line longer than {len(line) - 1:,} bytes")
