@@ -809,9 +809,7 @@ def test_a_router_decides_each_trace_by_its_owner_or_its_first_prompt_key() -> N
             _routed_span(10, 101, None, (_OPERATION, "invoke_agent")),  # no conversation
         ],
     )
-    router = _Shard({1: False, 2: True})
-    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
-    assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == [
+    expected = [
         1,  # a root of another process's trace: its trace ID
         "s21",
         "s31",
@@ -828,6 +826,15 @@ def test_a_router_decides_each_trace_by_its_owner_or_its_first_prompt_key() -> N
         9,
         "s101",
     ]
+    router = _Shard({1: False, 2: True})
+    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
+    assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == expected
+    assert router.decided == {3: True, 4: False, 5: False, 7: False, 8: True, 9: False}
+    # A bare NaN: a line the fast decoder declines, read by the standard library's, routed alike.
+    odd = line.replace(b'{"resourceSpans"', b'{"padding": NaN, "resourceSpans"', 1)
+    router = _Shard({1: False, 2: True})
+    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(odd), router=router)
+    assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == expected
     assert router.decided == {3: True, 4: False, 5: False, 7: False, 8: True, 9: False}
 
 
@@ -992,3 +999,24 @@ def test_the_reader_holds_its_sources_to_its_record_limit() -> None:
     with pytest.raises(MalformedInput) as error:
         list(reader)
     assert str(error.value).startswith(f"-:1: line longer than {len(line) - 1:,} bytes")
+
+
+def test_equal_resources_and_scopes_are_shared_up_to_the_limit_then_afresh() -> None:
+    interner = otlp_json._Interner()
+    limit = otlp_json._CACHE_LIMIT
+    resource = interner.resource({"n": 0}, "")
+    scope = interner.scope("s0", None, None)
+    for n in range(1, limit):
+        interner.resource({"n": n}, "")
+        interner.scope(f"s{n}", None, None)
+    assert interner.resource({"n": 0}, "") is resource  # the table holds the limit
+    assert interner.scope("s0", None, None) is scope
+    assert interner.resource({"n": 0}, "https://schema") is not resource
+    interner = otlp_json._Interner()
+    resource = interner.resource({"n": 0}, "")
+    scope = interner.scope("s0", None, None)
+    for n in range(1, limit + 1):  # one more than the table holds: it starts afresh
+        interner.resource({"n": n}, "")
+        interner.scope(f"s{n}", None, None)
+    assert interner.resource({"n": 0}, "") is not resource
+    assert interner.scope("s0", None, None) is not scope
