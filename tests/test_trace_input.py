@@ -603,3 +603,24 @@ def test_gzip_compressed_frames_cut_short_name_the_frame_being_read() -> None:
                 read.append(record.number)
         assert read == list(range(1, number))
         assert str(error.value) == f"-:{number}: {truncated}"
+
+
+def test_an_empty_read_ends_the_input_as_at_a_terminals_end_of_input() -> None:
+    class Terminal(io.RawIOBase):
+        """A stream whose reads return these pieces in turn, an empty one included."""
+
+        def __init__(self, *pieces: bytes) -> None:
+            self._pieces = list(pieces)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            piece = self._pieces.pop(0) if self._pieces else b""
+            buffer[: len(piece)] = piece
+            return len(piece)
+
+    message = bytes(encode_spans(produce()).SerializeToString())
+    frame = framed(message)
+    stream = Terminal(frame[:4], frame[4:], b"", frame)  # end of input, then more typed
+    assert [r.number for r in Source("-", stdin=stream).records()] == [1]  # type: ignore[arg-type]
