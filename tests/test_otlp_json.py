@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from google.protobuf.json_format import MessageToDict
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -329,6 +329,7 @@ _ATTRIBUTE = st.one_of(
 )
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(attributes=st.dictionaries(st.text(min_size=1, max_size=10), _ATTRIBUTE, max_size=6))
 def test_any_attribute_round_trips(attributes: dict[str, Any]) -> None:
     exporter = InMemorySpanExporter()
@@ -398,6 +399,7 @@ def _paths(document: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]
 _VALID = encode_request(produce())
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=_JSON)
 def test_any_corrupted_request_is_read_or_described_never_crashes(
     data: st.DataObject, replacement: Any
@@ -426,7 +428,7 @@ _HUGE = st.one_of(  # integers beyond 64 bits, which the fast decoder reads as f
 
 
 @pytest.mark.skipif(otlp_json._loads_fast is None, reason="the fast extra is not installed")
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=st.one_of(_JSON, _HUGE, st.lists(_HUGE, max_size=2)))
 def test_the_fast_decoder_reads_any_corrupted_request_as_the_standard_library_does(
     data: st.DataObject, replacement: Any
@@ -668,7 +670,7 @@ def _read_both(bodies: list[Any]) -> tuple[list[Any], list[Any]]:
     return fast, full
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_common_span_body(), min_size=1, max_size=6))
 def test_the_fast_reader_reads_common_spans_as_the_full_reader_does(
     bodies: list[dict[str, Any]],
@@ -678,7 +680,7 @@ def test_the_fast_reader_reads_common_spans_as_the_full_reader_does(
     assert [_fields(span) for span in fast] == [_fields(span) for span in full]
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_any_span_body(), min_size=1, max_size=6))
 def test_the_fast_reader_never_accepts_what_the_full_reader_reads_otherwise(
     bodies: list[Any],

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -72,7 +72,7 @@ _LINE = st.one_of(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=st.lists(_LINE, max_size=12), chunk=st.integers(min_value=1, max_value=9))
 def test_lines_are_numbered_as_a_plain_split_numbers_them(lines: list[bytes], chunk: int) -> None:
     data = b"\n" + b"\n".join(lines)  # a blank first line: JSON lines, whatever follows
@@ -301,7 +301,7 @@ def test_a_span_with_a_bad_id_in_a_frame_is_described_not_skipped() -> None:
     assert str(error.value) == f"-:1: {where}.spanId: expected 8 bytes"
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     attributes=st.dictionaries(st.text(min_size=1, max_size=10), _ATTRIBUTE, max_size=6),
     kind=st.sampled_from(list(SpanKind)),
