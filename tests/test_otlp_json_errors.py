@@ -430,3 +430,28 @@ def test_a_status_without_a_code_is_unset_and_an_ok_status_drops_its_message_qui
         (ok,) = parse_request(_span_line(status={"code": 1, "message": "m"}, **extra))
     assert (ok.status.status_code, ok.status.description) == (StatusCode.OK, None)
     assert caplog.records == []  # the SDK warns of a description on a status not an error
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"KEY": "k", "value": {"stringValue": "v"}}, "[0].key: expected a string"),
+        ({"XXkeyXX": "k", "value": {"stringValue": "v"}}, "[0].key: expected a string"),
+        (
+            {"key": "k", "value": {"stringvalue": "v"}},
+            "[0].value: unknown value field 'stringvalue'",
+        ),
+        (
+            {"key": "k", "value": {"STRINGVALUE": "v"}},
+            "[0].value: unknown value field 'STRINGVALUE'",
+        ),
+    ],
+)
+def test_misspelled_attribute_fields_are_described_on_both_reader_paths(
+    entry: dict[str, object], message: str, full_reader: bool
+) -> None:
+    extra: dict[str, object] = {"flags": "1"} if full_reader else {}
+    with pytest.raises(ValueError) as error:
+        parse_request(_span_line(attributes=[entry], **extra))
+    assert str(error.value) == f"{SPAN_PATH}.attributes{message}"
