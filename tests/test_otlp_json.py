@@ -1022,3 +1022,22 @@ def test_equal_resources_and_scopes_are_shared_up_to_the_limit_then_afresh() -> 
         interner.scope(f"s{n}", None, None)
     assert interner.resource({"n": 0}, "") is not resource
     assert interner.scope("s0", None, None) is not scope
+
+
+@pytest.mark.parametrize("padding", [b"", b'"padding": NaN, '])  # NaN: the fast decoder declines
+def test_a_well_formed_line_is_routed_by_either_decoder(padding: bytes) -> None:
+    spans = [
+        _routed_span(1, 11, None),
+        _routed_span(3, 31, 0, (_PROMPT, "theirs-3")),  # a root with an empty parent ID
+        _routed_span(3, 32, 31),
+        _routed_span(4, 41, None, (_PROMPT, "mine-4")),
+    ]
+    line = (
+        b"{"
+        + padding
+        + json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()[1:]
+    )
+    router = _Shard({1: False})
+    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
+    assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == [1, 3, None, "s41"]
+    assert router.decided == {3: False, 4: True}

@@ -438,13 +438,16 @@ def test_a_status_without_a_code_is_unset_and_an_ok_status_drops_its_message_qui
     [
         ({"KEY": "k", "value": {"stringValue": "v"}}, "[0].key: expected a string"),
         ({"XXkeyXX": "k", "value": {"stringValue": "v"}}, "[0].key: expected a string"),
-        (
-            {"key": "k", "value": {"stringvalue": "v"}},
-            "[0].value: unknown value field 'stringvalue'",
-        ),
-        (
-            {"key": "k", "value": {"STRINGVALUE": "v"}},
-            "[0].value: unknown value field 'STRINGVALUE'",
+        *(
+            ({"key": "k", "value": {field: value}}, f"[0].value: unknown value field {field!r}")
+            for field, value in [
+                ("stringvalue", "v"),
+                ("STRINGVALUE", "v"),
+                ("XXstringValueXX", "v"),
+                ("boolvalue", True),
+                ("BOOLVALUE", True),
+                ("XXboolValueXX", True),
+            ]
         ),
     ],
 )
