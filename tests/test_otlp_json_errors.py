@@ -447,6 +447,9 @@ def test_a_status_without_a_code_is_unset_and_an_ok_status_drops_its_message_qui
                 ("boolvalue", True),
                 ("BOOLVALUE", True),
                 ("XXboolValueXX", True),
+                ("intvalue", "5"),
+                ("INTVALUE", "5"),
+                ("XXintValueXX", "5"),
             ]
         ),
     ],
