@@ -146,6 +146,8 @@ def test_enum_names_and_base64_ids_of_the_generic_protobuf_json_mapping_are_read
         ({"status": {"code": "ERROR"}}, ".status.code: unknown name 'ERROR'"),
         ({"spanId": "A" * 12}, ".spanId: expected the base64 of 8 bytes"),
         ({"traceId": "AAAAAAAAAAAAAAAAAAAAAA=="}, ".traceId: an all-zero ID is invalid"),
+        # One padding character where two are due: neither hex nor base64 of 16 bytes.
+        ({"traceId": "AQAAAAAAAAAAAAAAAAAAAA="}, ".traceId: expected 32 hex digits"),
     ],
 )
 def test_unknown_enum_names_and_bad_base64_ids_are_described(
@@ -475,6 +477,7 @@ def test_decoded_spans_set_every_field_a_readable_span_sets() -> None:
         assert isinstance(span, ReadableSpan)
         assert set(vars(span)) == reference
         assert (span.events, span.links, span.dropped_attributes) == ((), (), 0)
+        assert span._instrumentation_info is None  # as the SDK leaves it beside a scope
 
 
 # -- the fast reader and the full reader agree ---------------------------------------------------
