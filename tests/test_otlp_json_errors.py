@@ -461,3 +461,14 @@ def test_misspelled_attribute_fields_are_described_on_both_reader_paths(
     with pytest.raises(ValueError) as error:
         parse_request(_span_line(attributes=[entry], **extra))
     assert str(error.value) == f"{SPAN_PATH}.attributes{message}"
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+@pytest.mark.parametrize("field", ["VALUE", "XXvalueXX"])
+def test_an_attribute_with_its_value_under_another_name_has_none_and_is_left_out(
+    field: str, full_reader: bool
+) -> None:
+    extra: dict[str, object] = {"flags": "1"} if full_reader else {}
+    entry = {"key": "k", field: {"stringValue": "v"}}
+    (span,) = parse_request(_span_line(attributes=[entry], **extra))
+    assert dict(span.attributes or {}) == {}
