@@ -472,3 +472,17 @@ def test_an_attribute_with_its_value_under_another_name_has_none_and_is_left_out
     entry = {"key": "k", field: {"stringValue": "v"}}
     (span,) = parse_request(_span_line(attributes=[entry], **extra))
     assert dict(span.attributes or {}) == {}
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [(5, "[0]: expected an object"), ({"key": "k", "value": 5}, "[0].value: expected an object")],
+)
+def test_an_attribute_or_value_that_is_not_an_object_is_described(
+    entry: object, message: str, full_reader: bool
+) -> None:
+    extra: dict[str, object] = {"flags": "1"} if full_reader else {}
+    with pytest.raises(ValueError) as error:
+        parse_request(_span_line(attributes=[entry], **extra))
+    assert str(error.value) == f"{SPAN_PATH}.attributes{message}"
