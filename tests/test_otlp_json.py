@@ -1044,3 +1044,14 @@ def test_a_well_formed_line_is_routed_by_either_decoder(padding: bytes) -> None:
     (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
     assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == [1, 3, None, "s41"]
     assert router.decided == {3: False, 4: True}
+
+
+def test_a_span_id_repeated_in_another_trace_gets_that_traces_context() -> None:
+    # The second trace's ID equals the span ID as a number: no context is shared by mistake.
+    first = {**_routed_span(0xAB, 0xFF, None), "spanId": "00000000000000ff"}
+    second = {**_routed_span(0xFF, 0xFF, None), "spanId": "00000000000000ff"}
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [first, second]}]}]})
+    assert [(s.context.trace_id, s.context.span_id) for s in parse_request(line)] == [  # type: ignore[union-attr]
+        (0xAB, 0xFF),
+        (0xFF, 0xFF),
+    ]
