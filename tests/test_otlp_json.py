@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from google.protobuf.json_format import MessageToDict
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -145,6 +146,8 @@ def test_enum_names_and_base64_ids_of_the_generic_protobuf_json_mapping_are_read
         ({"status": {"code": "ERROR"}}, ".status.code: unknown name 'ERROR'"),
         ({"spanId": "A" * 12}, ".spanId: expected the base64 of 8 bytes"),
         ({"traceId": "AAAAAAAAAAAAAAAAAAAAAA=="}, ".traceId: an all-zero ID is invalid"),
+        # One padding character where two are due: neither hex nor base64 of 16 bytes.
+        ({"traceId": "AQAAAAAAAAAAAAAAAAAAAA="}, ".traceId: expected 32 hex digits"),
     ],
 )
 def test_unknown_enum_names_and_bad_base64_ids_are_described(
@@ -328,6 +331,7 @@ _ATTRIBUTE = st.one_of(
 )
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(attributes=st.dictionaries(st.text(min_size=1, max_size=10), _ATTRIBUTE, max_size=6))
 def test_any_attribute_round_trips(attributes: dict[str, Any]) -> None:
     exporter = InMemorySpanExporter()
@@ -397,6 +401,7 @@ def _paths(document: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]
 _VALID = encode_request(produce())
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=_JSON)
 def test_any_corrupted_request_is_read_or_described_never_crashes(
     data: st.DataObject, replacement: Any
@@ -425,7 +430,7 @@ _HUGE = st.one_of(  # integers beyond 64 bits, which the fast decoder reads as f
 
 
 @pytest.mark.skipif(otlp_json._loads_fast is None, reason="the fast extra is not installed")
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=st.one_of(_JSON, _HUGE, st.lists(_HUGE, max_size=2)))
 def test_the_fast_decoder_reads_any_corrupted_request_as_the_standard_library_does(
     data: st.DataObject, replacement: Any
@@ -472,6 +477,7 @@ def test_decoded_spans_set_every_field_a_readable_span_sets() -> None:
         assert isinstance(span, ReadableSpan)
         assert set(vars(span)) == reference
         assert (span.events, span.links, span.dropped_attributes) == ((), (), 0)
+        assert span._instrumentation_info is None  # as the SDK leaves it beside a scope
 
 
 # -- the fast reader and the full reader agree ---------------------------------------------------
@@ -667,7 +673,7 @@ def _read_both(bodies: list[Any]) -> tuple[list[Any], list[Any]]:
     return fast, full
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_common_span_body(), min_size=1, max_size=6))
 def test_the_fast_reader_reads_common_spans_as_the_full_reader_does(
     bodies: list[dict[str, Any]],
@@ -677,7 +683,7 @@ def test_the_fast_reader_reads_common_spans_as_the_full_reader_does(
     assert [_fields(span) for span in fast] == [_fields(span) for span in full]
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_any_span_body(), min_size=1, max_size=6))
 def test_the_fast_reader_never_accepts_what_the_full_reader_reads_otherwise(
     bodies: list[Any],
@@ -720,3 +726,332 @@ def test_the_fast_reader_declines_or_agrees_on_every_odd_field(field: str, value
         body[field] = value
     (fast,), (full,) = _read_both([body])
     assert fast is None or (full is not None and _fields(fast) == _fields(full))
+
+
+# -- routing: a reader that builds only the traces its process replays -----------------------
+
+
+class _Shard:
+    """A router (otel_guard.replay.otlp_json.Router) that owns the prompts whose key starts with
+    ``mine`` and knows the owners of the traces in ``known`` already."""
+
+    def __init__(self, known: dict[int, bool]) -> None:
+        self.known = known
+        self.decided: dict[int, bool] = {}
+
+    def owner_of(self, trace_id: int) -> bool | None:
+        return self.known.get(trace_id)
+
+    def owns_key(self, key: str) -> bool:
+        return key.startswith("mine")
+
+    def decide(self, trace_id: int, owned: bool) -> None:
+        self.decided[trace_id] = owned
+
+
+_PROMPT, _OPERATION, _CONVERSATION = (
+    "acp.prompt.id",
+    "gen_ai.operation.name",
+    "gen_ai.conversation.id",
+)
+
+
+def _routed_span(trace: int, span: int, parent: int | None, *attributes: Any) -> dict[str, Any]:
+    """A span body; ``attributes`` are (key, value) pairs (a str value is a stringValue) or,
+    raw, entries as the line holds them."""
+    body: dict[str, Any] = {
+        "traceId": f"{trace:032x}",
+        "spanId": f"{span:016x}",
+        "name": f"s{span}",
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "2",
+    }
+    if parent is not None:
+        body["parentSpanId"] = "" if parent == 0 else f"{parent:016x}"
+    if attributes:
+        body["attributes"] = [
+            {"key": a[0], "value": {"stringValue": a[1]} if isinstance(a[1], str) else a[1]}
+            if isinstance(a, tuple)
+            else a
+            for a in attributes
+        ]
+    return body
+
+
+def _routed_line(*scopes: list[dict[str, Any]]) -> bytes:
+    """One request: the first scope in a resource of its own, the others in a second one."""
+    blocks = [{"scopeSpans": [{"spans": scopes[0]}]}]
+    if len(scopes) > 1:
+        blocks.append({"scopeSpans": [{"spans": spans} for spans in scopes[1:]]})
+    return json.dumps({"resourceSpans": blocks}).encode() + b"\n"
+
+
+def test_a_router_decides_each_trace_by_its_owner_or_its_first_prompt_key() -> None:
+    theirs_by_agent = [(_OPERATION, "invoke_agent"), (_CONVERSATION, "theirs-5")]
+    line = _routed_line(
+        [
+            _routed_span(1, 11, None),  # 1: known to be another process's; a root
+            _routed_span(2, 21, None, (_PROMPT, "theirs-2")),  # 2: known ours; its key unread
+            _routed_span(3, 31, 32),  # 3: undecided until its second span names a prompt
+            _routed_span(4, 41, 42),  # 4: the same, of a prompt another process replays
+            _routed_span(1, 12, 11),  # a child of 1
+            _routed_span(3, 32, 0, (_PROMPT, "mine-3")),  # a root with an empty parent ID
+            _routed_span(4, 42, None, (_PROMPT, "theirs-4")),
+            _routed_span(3, 33, 32, (_PROMPT, "theirs-3")),  # 3 is decided by its first key
+        ],
+        [
+            _routed_span(5, 51, None, *theirs_by_agent),  # an agent's conversation is its key
+            _routed_span(6, 61, None, (_OPERATION, "chat"), (_CONVERSATION, "theirs-6")),
+            _routed_span(1, 13, 11, (_PROMPT, "mine-1")),
+        ],
+        [
+            # A prompt ID that is not a string names no prompt: the conversation does.
+            _routed_span(7, 71, None, (_PROMPT, {"stringValue": 7}), *theirs_by_agent),
+            # The prompt ID comes before an agent's conversation.
+            _routed_span(8, 81, None, (_PROMPT, "mine-8"), *theirs_by_agent),
+            # Entries that are not well formed are passed over (the trace is not built here).
+            _routed_span(9, 91, None, 5, {"key": _PROMPT, "value": "x"}, (_PROMPT, "theirs-9")),
+            _routed_span(10, 101, None, (_OPERATION, "invoke_agent")),  # no conversation
+        ],
+    )
+    expected = [
+        1,  # a root of another process's trace: its trace ID
+        "s21",
+        "s31",
+        None,  # a child of another process's trace: a place only
+        None,
+        "s32",
+        4,
+        "s33",
+        5,
+        "s61",
+        None,
+        7,
+        "s81",
+        9,
+        "s101",
+    ]
+    router = _Shard({1: False, 2: True})
+    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
+    assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == expected
+    assert router.decided == {3: True, 4: False, 5: False, 7: False, 8: True, 9: False}
+    # A bare NaN: a line the fast decoder declines, read by the standard library's, routed alike.
+    odd = line.replace(b'{"resourceSpans"', b'{"padding": NaN, "resourceSpans"', 1)
+    router = _Shard({1: False, 2: True})
+    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(odd), router=router)
+    assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == expected
+    assert router.decided == {3: True, 4: False, 5: False, 7: False, 8: True, 9: False}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        {"resourceSpans": None},
+        {"resourceSpans": [5]},
+        {"resourceSpans": [{"scopeSpans": None}]},
+        {"resourceSpans": [{"scopeSpans": [5]}]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": None}]}]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": [_routed_span(1, 11, None), 5]}]}]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": [_routed_span(1, 11, None), {}]}]}]},
+        {
+            "resourceSpans": [
+                {"scopeSpans": [{"spans": [_routed_span(1, 11, None), {"traceId": []}]}]}
+            ]
+        },
+        {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {"spans": [{**_routed_span(3, 31, None), "traceId": "zz"}]},
+                    ]
+                }
+            ]
+        },
+        {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                _routed_span(3, 31, None, (_PROMPT, "theirs-3")),
+                                {**_routed_span(3, 32, None), "traceId": "zz"},
+                            ]
+                        },
+                    ]
+                }
+            ]
+        },
+    ],
+)
+def test_a_line_a_router_cannot_read_is_described_as_without_one(line: dict[str, Any]) -> None:
+    data = json.dumps(line).encode() + b"\n"
+    with pytest.raises(MalformedInput) as plain:
+        list(OtlpJsonReader(["-"], stdin=io.BytesIO(data)))
+    router = _Shard({1: False})
+    with pytest.raises(MalformedInput) as routed:
+        list(OtlpJsonReader(["-"], stdin=io.BytesIO(data), router=router))
+    assert str(routed.value) == str(plain.value)
+    assert router.decided == {}  # a line that did not decode whole decides nothing
+
+
+# -- exception events -------------------------------------------------------------------------
+
+
+def test_exception_events_are_read_with_their_type_and_time_only() -> None:
+    def exception(**fields: Any) -> dict[str, Any]:
+        return {"name": "exception", **fields}
+
+    def typed(value: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"key": "exception.message", "value": {"stringValue": "no such file"}},
+            {"key": "exception.type", "value": value},
+        ]
+
+    events = [
+        exception(timeUnixNano="5", attributes=typed({"stringValue": "FileNotFoundError"})),
+        {"name": "log", "timeUnixNano": "6"},  # not an exception: left out
+        5,  # not an object: left out
+        exception(timeUnixNano="7"),  # no attributes: no type
+        exception(timeUnixNano="8", attributes=typed({"intValue": "3"})),  # not a type name
+        exception(timeUnixNano="9", attributes=[5]),  # attributes not well formed: left out
+        exception(timeUnixNano="x1"),  # a time that is not a decimal string: none
+        exception(timeUnixNano=11),
+        exception(),
+    ]
+    span = {**_routed_span(1, 11, None), "events": events}
+    uncommon = {**span, "flags": "1"}  # read by the full reader
+    for body in (span, uncommon):
+        (read,) = parse_request(one_span_line(body))
+        found = [(e.name, dict(e.attributes or {}), e.timestamp) for e in read.events]
+        assert [(name, attributes) for name, attributes, _ in found] == [
+            ("exception", {"exception.type": "FileNotFoundError"}),
+            ("exception", {}),
+            ("exception", {}),
+            ("exception", {}),
+            ("exception", {}),
+            ("exception", {}),
+        ]
+        assert [time for _, _, time in found[:3]] == [5, 7, 8]
+        assert all(time not in (None, 1, 11) for _, _, time in found[3:])  # no time read
+
+
+def test_a_span_without_events_has_none() -> None:
+    (read,) = parse_request(one_span_line(_routed_span(1, 11, None)))
+    assert read.events == ()
+
+
+def test_a_span_read_by_the_full_reader_keeps_its_resource_and_scope() -> None:
+    span = {**_routed_span(1, 11, None), "flags": "1"}  # a string: the full reader reads it
+    line = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "a"}}]
+                },
+                "scopeSpans": [{"scope": {"name": "tools", "version": "2"}, "spans": [span]}],
+            }
+        ]
+    }
+    (read,) = parse_request(json.dumps(line))
+    assert dict(read.resource.attributes) == {"service.name": "a"}
+    assert read.instrumentation_scope == InstrumentationScope("tools", "2")
+
+
+# -- the reader's entry points ---------------------------------------------------------------
+
+
+@pytest.mark.skipif(otlp_json._loads_fast is None, reason="the fast extra is not installed")
+def test_the_fast_decoder_is_orjsons_when_the_fast_extra_is_installed() -> None:
+    import orjson
+
+    assert otlp_json._load_fast() is orjson.loads
+
+
+def test_a_text_line_that_cannot_be_utf8_is_described_not_raised_by_the_codec() -> None:
+    with pytest.raises(ValueError) as error:
+        parse_request('{"resourceSpans": [], "x": "\ud800"}')
+    assert type(error.value) is ValueError
+    assert str(error.value) == "not UTF-8 text"
+
+
+def test_a_line_of_another_signal_is_not_a_trace_request() -> None:
+    with pytest.raises(ValueError) as error:
+        parse_request('{"resourceMetrics": []}')
+    assert str(error.value) == "not a trace export request (metrics)"
+
+
+def test_the_reader_names_the_source_it_reads_and_stops_where_told(tmp_path: Path) -> None:
+    first, second = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
+    line = json.dumps(encode_request(produce()))
+    first.write_text(f"{line}\n{line}\n", encoding="utf-8")
+    second.write_text(f"{line}\n\n{line}\nnot json\n", encoding="utf-8")
+    reader = OtlpJsonReader([str(first), str(second)], stop=(1, 4))
+    assert reader.source_index == 0
+    read = [(reader.source_index, item.line, reader.bytes_read) for item in reader]
+    size = first.stat().st_size
+    # A file smaller than a chunk is read whole at its first line; line 4 is not even decoded.
+    assert read == [
+        (0, 1, size),
+        (0, 2, size),
+        (1, 1, reader.total_bytes),
+        (1, 3, reader.total_bytes),
+    ]
+
+
+def test_the_reader_holds_its_sources_to_its_record_limit() -> None:
+    line = json.dumps(encode_request(produce())).encode()
+    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(line + b"\n"), max_record_bytes=len(line) - 1)
+    with pytest.raises(MalformedInput) as error:
+        list(reader)
+    assert str(error.value).startswith(f"-:1: line longer than {len(line) - 1:,} bytes")
+
+
+def test_equal_resources_and_scopes_are_shared_up_to_the_limit_then_afresh() -> None:
+    interner = otlp_json._Interner()
+    limit = otlp_json._CACHE_LIMIT
+    resource = interner.resource({"n": 0}, "")
+    scope = interner.scope("s0", None, None)
+    for n in range(1, limit):
+        interner.resource({"n": n}, "")
+        interner.scope(f"s{n}", None, None)
+    assert interner.resource({"n": 0}, "") is resource  # the table holds the limit
+    assert interner.scope("s0", None, None) is scope
+    assert interner.resource({"n": 0}, "https://schema") is not resource
+    interner = otlp_json._Interner()
+    resource = interner.resource({"n": 0}, "")
+    scope = interner.scope("s0", None, None)
+    for n in range(1, limit + 1):  # one more than the table holds: it starts afresh
+        interner.resource({"n": n}, "")
+        interner.scope(f"s{n}", None, None)
+    assert interner.resource({"n": 0}, "") is not resource
+    assert interner.scope("s0", None, None) is not scope
+
+
+@pytest.mark.parametrize("padding", [b"", b'"padding": NaN, '])  # NaN: the fast decoder declines
+def test_a_well_formed_line_is_routed_by_either_decoder(padding: bytes) -> None:
+    spans = [
+        _routed_span(1, 11, None),
+        _routed_span(3, 31, 0, (_PROMPT, "theirs-3")),  # a root with an empty parent ID
+        _routed_span(3, 32, 31),
+        _routed_span(4, 41, None, (_PROMPT, "mine-4")),
+    ]
+    line = (
+        b"{"
+        + padding
+        + json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()[1:]
+    )
+    router = _Shard({1: False})
+    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
+    assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == [1, 3, None, "s41"]
+    assert router.decided == {3: False, 4: True}
+
+
+def test_a_span_id_repeated_in_another_trace_gets_that_traces_context() -> None:
+    # The second trace's ID equals the span ID as a number: no context is shared by mistake.
+    first = {**_routed_span(0xAB, 0xFF, None), "spanId": "00000000000000ff"}
+    second = {**_routed_span(0xFF, 0xFF, None), "spanId": "00000000000000ff"}
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [first, second]}]}]})
+    assert [(s.context.trace_id, s.context.span_id) for s in parse_request(line)] == [  # type: ignore[union-attr]
+        (0xAB, 0xFF),
+        (0xFF, 0xFF),
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -236,6 +237,7 @@ def _scope_request(**scope_block: object) -> str:
             "resourceSpans[0].scopeSpans[0].schemaUrl: expected a string",
         ),
         (_scope_request(spans={}), "resourceSpans[0].scopeSpans[0].spans: expected an array"),
+        (_scope_request(spans=[1]), "resourceSpans[0].scopeSpans[0].spans[0]: expected an object"),
     ],
 )
 def test_request_shape_errors_name_the_path_and_what_was_expected(
@@ -365,6 +367,8 @@ def _attribute(value: dict[str, object], *, full_reader: bool) -> object:
         ({"arrayValue": {"values": [{"intValue": "1"}, {"intValue": 2}]}}, (1, 2)),
         ({"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}}, "left out"),
         ({"arrayValue": {}}, ()),
+        ({"arrayValue": {"values": [{"boolValue": True}, {"boolValue": False}]}}, (True, False)),
+        ({"kvlistValue": {}}, "left out"),
         ({"kvlistValue": {"values": [{"key": "a", "value": {"intValue": "1"}}]}}, "left out"),
         ({"bytesValue": "AP8="}, "left out"),
         ({}, "left out"),
@@ -392,6 +396,7 @@ def test_nan_reads_as_nan_on_both_reader_paths(full_reader: bool) -> None:
         ({"doubleValue": "x"}, ".doubleValue: expected a number"),
         ({"doubleValue": "nan"}, ".doubleValue: expected a number"),
         ({"stringValue": 1}, ".stringValue: expected a string"),
+        ({"bytesValue": 5}, ".bytesValue: expected a string"),
         ({"arrayValue": []}, ".arrayValue: expected an object"),
         ({"arrayValue": {"values": {}}}, ".arrayValue.values: expected an array"),
         ({"arrayValue": {"values": [1]}}, ".arrayValue.values[0]: expected an object"),
@@ -412,3 +417,72 @@ def test_any_value_errors_name_the_field_on_both_reader_paths(
     with pytest.raises(ValueError) as error:
         _attribute(value, full_reader=full_reader)
     assert str(error.value) == f"{SPAN_PATH}.attributes[0].value{message}"
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+def test_a_status_without_a_code_is_unset_and_an_ok_status_drops_its_message_quietly(
+    full_reader: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    extra: dict[str, object] = {"flags": "1"} if full_reader else {}
+    (no_code,) = parse_request(_span_line(status={"message": "m"}, **extra))
+    assert (no_code.status.status_code, no_code.status.description) == (StatusCode.UNSET, None)
+    with caplog.at_level(logging.DEBUG):
+        (ok,) = parse_request(_span_line(status={"code": 1, "message": "m"}, **extra))
+    assert (ok.status.status_code, ok.status.description) == (StatusCode.OK, None)
+    assert caplog.records == []  # the SDK warns of a description on a status not an error
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"KEY": "k", "value": {"stringValue": "v"}}, "[0].key: expected a string"),
+        ({"XXkeyXX": "k", "value": {"stringValue": "v"}}, "[0].key: expected a string"),
+        *(
+            ({"key": "k", "value": {field: value}}, f"[0].value: unknown value field {field!r}")
+            for field, value in [
+                ("stringvalue", "v"),
+                ("STRINGVALUE", "v"),
+                ("XXstringValueXX", "v"),
+                ("boolvalue", True),
+                ("BOOLVALUE", True),
+                ("XXboolValueXX", True),
+                ("intvalue", "5"),
+                ("INTVALUE", "5"),
+                ("XXintValueXX", "5"),
+            ]
+        ),
+    ],
+)
+def test_misspelled_attribute_fields_are_described_on_both_reader_paths(
+    entry: dict[str, object], message: str, full_reader: bool
+) -> None:
+    extra: dict[str, object] = {"flags": "1"} if full_reader else {}
+    with pytest.raises(ValueError) as error:
+        parse_request(_span_line(attributes=[entry], **extra))
+    assert str(error.value) == f"{SPAN_PATH}.attributes{message}"
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+@pytest.mark.parametrize("field", ["VALUE", "XXvalueXX"])
+def test_an_attribute_with_its_value_under_another_name_has_none_and_is_left_out(
+    field: str, full_reader: bool
+) -> None:
+    extra: dict[str, object] = {"flags": "1"} if full_reader else {}
+    entry = {"key": "k", field: {"stringValue": "v"}}
+    (span,) = parse_request(_span_line(attributes=[entry], **extra))
+    assert dict(span.attributes or {}) == {}
+
+
+@pytest.mark.parametrize("full_reader", [False, True])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [(5, "[0]: expected an object"), ({"key": "k", "value": 5}, "[0].value: expected an object")],
+)
+def test_an_attribute_or_value_that_is_not_an_object_is_described(
+    entry: object, message: str, full_reader: bool
+) -> None:
+    extra: dict[str, object] = {"flags": "1"} if full_reader else {}
+    with pytest.raises(ValueError) as error:
+        parse_request(_span_line(attributes=[entry], **extra))
+    assert str(error.value) == f"{SPAN_PATH}.attributes{message}"

@@ -5,11 +5,12 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
@@ -152,3 +153,42 @@ def test_exporter_writes_compact_lines_and_nothing_after_shutdown() -> None:
     exporter.shutdown()
     assert exporter.export([span(2)]) is SpanExportResult.FAILURE
     assert stream.getvalue() == line
+
+
+def test_events_are_written_with_their_time_name_and_attributes_and_read_back() -> None:
+    events = [
+        Event("exception", {"exception.type": "OSError", "exception.message": "m"}, 5),
+        Event("retry", {}, 0),
+    ]
+    body = encode_request([span(1, events=events)])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert body["events"] == [
+        {
+            "timeUnixNano": "5",
+            "name": "exception",
+            "attributes": [
+                {"key": "exception.type", "value": {"stringValue": "OSError"}},
+                {"key": "exception.message", "value": {"stringValue": "m"}},
+            ],
+        },
+        {"timeUnixNano": "0", "name": "retry", "attributes": []},
+    ]
+    (read,) = round_trip(span(1, events=events))
+    assert [(e.name, dict(e.attributes or {}), e.timestamp) for e in read.events] == [
+        ("exception", {"exception.type": "OSError"}, 5)
+    ]
+
+
+def test_a_span_of_no_known_kind_is_written_as_internal() -> None:
+    odd = span(1, kind=None)
+    body = encode_request([odd])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert body["kind"] == 1
+
+
+def test_exporter_flushes_its_stream_and_reports_a_stream_that_cannot_be(tmp_path: Path) -> None:
+    with (tmp_path / "spans.jsonl").open("w", encoding="utf-8") as stream:
+        exporter = OtlpJsonSpanExporter(stream)
+        assert exporter.export([span(1)]) is SpanExportResult.SUCCESS
+        assert exporter.force_flush() is True
+        assert (tmp_path / "spans.jsonl").read_text(encoding="utf-8").count("\n") == 1
+    assert exporter.force_flush() is False  # closed
+    assert exporter.export([span(2)]) is SpanExportResult.FAILURE

@@ -5,12 +5,14 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -70,7 +72,7 @@ _LINE = st.one_of(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=st.lists(_LINE, max_size=12), chunk=st.integers(min_value=1, max_value=9))
 def test_lines_are_numbered_as_a_plain_split_numbers_them(lines: list[bytes], chunk: int) -> None:
     data = b"\n" + b"\n".join(lines)  # a blank first line: JSON lines, whatever follows
@@ -299,7 +301,7 @@ def test_a_span_with_a_bad_id_in_a_frame_is_described_not_skipped() -> None:
     assert str(error.value) == f"-:1: {where}.spanId: expected 8 bytes"
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     attributes=st.dictionaries(st.text(min_size=1, max_size=10), _ATTRIBUTE, max_size=6),
     kind=st.sampled_from(list(SpanKind)),
@@ -325,3 +327,300 @@ def test_any_span_reads_the_same_from_a_proto_frame_as_from_a_json_line(
 
 def request_line_of(spans: Any) -> bytes:
     return json.dumps(encode_request(spans)).encode() + b"\n"
+
+
+# -- standard input, progress and sizes -------------------------------------------------------
+
+
+class _Trickle(io.RawIOBase):
+    """A pipe that hands over at most ``most`` bytes per read."""
+
+    def __init__(self, data: bytes, most: int) -> None:
+        self._data = data
+        self._most = most
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        size = min(len(buffer), self._most, len(self._data))
+        buffer[:size] = self._data[:size]
+        self._data = self._data[size:]
+        return size
+
+
+def test_peeking_takes_no_more_from_the_stream_than_it_shows() -> None:
+    stream = trace_input._Peekable(_Trickle(b"abcdefgh", 3).read)
+    assert stream.peek(4) == b"abcd"
+    assert stream.consumed == 4
+    assert stream.read(2) == b"ab"  # what was peeked comes back first
+    assert stream.read(9) == b"cd"
+    assert stream.read(9) == b"efg"
+    assert stream.consumed == 7
+
+
+@pytest.mark.parametrize("compress", [bytes, gzip.compress])
+@pytest.mark.parametrize("most", [1, 3])
+def test_a_pipe_handing_over_a_few_bytes_at_a_time_reads_like_a_file(
+    compress: Any, most: int
+) -> None:
+    line = request_line()
+    data = compress(b"\n" + line + b"\n\n" + line)
+    whole = OtlpJsonReader(["-"], stdin=io.BytesIO(data))
+    expected = [(item.line, [summary(s) for s in item.spans]) for item in whole]
+    trickled = OtlpJsonReader(["-"], stdin=_Trickle(data, most))  # type: ignore[arg-type]
+    assert [(item.line, [summary(s) for s in item.spans]) for item in trickled] == expected
+    assert [line for line, _ in expected] == [2, 4]
+    assert trickled.bytes_read == whole.bytes_read == len(data)
+
+
+class _Descriptor:
+    """Standard input reduced to its file descriptor."""
+
+    def __init__(self, descriptor: int) -> None:
+        self._descriptor = descriptor
+
+    def fileno(self) -> int:
+        return self._descriptor
+
+
+def test_standard_input_redirected_from_a_file_is_read_and_its_size_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "spans.jsonl"
+    path.write_bytes(request_line() + b"\n")
+    with path.open("rb") as stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stdin))
+        reader = OtlpJsonReader(["-"])
+        assert [(item.path, item.line, len(item.spans)) for item in reader] == [("-", 1, 3)]
+    assert reader.total_bytes == reader.bytes_read == path.stat().st_size
+
+
+def test_standard_input_from_a_pipe_is_read_with_no_known_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = request_line() + b"\n"
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)
+    os.close(write_end)
+    with open(read_end, "rb") as stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stdin))
+        reader = OtlpJsonReader(["-"])
+        assert [(item.line, len(item.spans)) for item in reader] == [(1, 3)]
+    assert (reader.total_bytes, reader.bytes_read) == (0, len(data))
+
+
+def test_only_a_regular_file_on_standard_input_has_a_known_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A directory reports a size of its own (as a pipe does on some systems): not a source size.
+    descriptor = os.open(tmp_path, os.O_RDONLY)
+    try:
+        assert os.fstat(descriptor).st_size > 0
+        monkeypatch.setattr(sys, "stdin", _Descriptor(descriptor))
+        assert trace_input.source_size("-") == 0
+    finally:
+        os.close(descriptor)
+
+
+def test_without_standard_input_reading_it_is_described(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # as Python leaves it when there is none
+    reader = OtlpJsonReader(["-"])
+    assert reader.total_bytes == 0
+    with pytest.raises(MalformedInput) as error:
+        list(reader)
+    assert str(error.value) == "-: cannot read (no standard input)"
+    assert (error.value.path, error.value.line) == ("-", None)
+
+
+def test_a_plain_stream_failing_midway_is_described_as_unreadable_at_its_line() -> None:
+    class Failing(io.RawIOBase):
+        """A stream that gives its first line, then fails as a closed file does."""
+
+        def __init__(self, head: bytes, error: Exception) -> None:
+            self._head = head
+            self._error = error
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            if not self._head:
+                raise self._error
+            size = min(len(buffer), len(self._head))
+            buffer[:size] = self._head[:size]
+            self._head = self._head[size:]
+            return size
+
+    head = request_line() + b"\n"
+    for error, message in [
+        (ValueError("I/O operation on closed file."), "I/O operation on closed file."),
+        (EOFError("no more"), "no more"),
+    ]:
+        reader = OtlpJsonReader(["-"], stdin=Failing(head, error))  # type: ignore[arg-type]
+        read: list[int] = []
+        with pytest.raises(MalformedInput) as raised:
+            for item in reader:
+                read.append(item.line)
+        assert read == [1]
+        assert str(raised.value) == f"-:2: cannot read ({message})"
+
+
+def test_a_malformed_input_error_carries_its_message_as_its_argument() -> None:
+    error = MalformedInput("spans.jsonl", 3, "invalid JSON")
+    assert error.args == ("invalid JSON",)
+    assert repr(error) == "MalformedInput('invalid JSON')"
+    assert str(error) == "spans.jsonl:3: invalid JSON"
+
+
+# -- bounds, compression and framing faults ---------------------------------------------------
+
+
+def test_a_limit_of_whole_mebibytes_is_stated_in_mebibytes() -> None:
+    limit = 1 << 20
+    with pytest.raises(MalformedInput) as error:
+        records(b"{" + b" " * limit + b"}\n", max_record_bytes=limit)
+    assert str(error.value) == (
+        "-:1: line longer than 1 MiB, the limit of one record; input stopped here"
+    )
+
+
+def test_lines_of_exactly_the_limit_are_read_wherever_the_chunks_cut_them() -> None:
+    line = b'{"resourceSpans":[]}'
+    data = line + b"\n" + line + b"\n"
+    for chunk in range(1, len(data) + 1):  # a newline at the start of a chunk among them
+        read = records(data, max_record_bytes=len(line), chunk_bytes=chunk)
+        assert [(r.number, r.data, r.kind) for r in read] == [(1, line, "json"), (2, line, "json")]
+
+
+def test_a_last_line_without_a_newline_is_read_as_json() -> None:
+    line = request_line()
+    read = records(b"\n" + line + b"\n" + line)
+    assert [(r.number, r.kind) for r in read] == [(2, "json"), (3, "json")]
+
+
+def test_frames_are_told_apart_as_json_or_protobuf_by_their_first_byte() -> None:
+    message = bytes(encode_spans(produce()).SerializeToString())
+    read = records(framed(message, b" \n" + request_line(), b""))
+    assert [(r.number, r.kind) for r in read] == [(1, "proto"), (2, "json"), (3, "proto")]
+
+
+@needs_zstd
+def test_frames_of_exactly_the_limit_stored_or_decompressed_are_read() -> None:
+    line = request_line()
+    packed = zstd.compress(line)
+    read = records(framed(line, packed), max_record_bytes=len(line))
+    assert [(r.number, r.data, r.kind) for r in read] == [(1, line, "json"), (2, line, "json")]
+
+
+@needs_zstd
+def test_a_frame_decompressing_beyond_the_limit_is_refused_before_it_is_held() -> None:
+    import tracemalloc
+
+    limit = 1 << 20
+    bomb = zstd.compress(b"{" + b" " * (64 << 20))  # 64 MiB from a few kilobytes
+    tracemalloc.start()
+    try:
+        with pytest.raises(MalformedInput) as error:
+            records(framed(bomb), max_record_bytes=limit)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert str(error.value) == (
+        "-:1: frame decompresses to more than 1,048,576 bytes (the record limit)"
+    )
+    assert peak < 8 * limit
+
+
+@needs_zstd
+def test_a_corrupt_compressed_frame_is_described_with_its_number() -> None:
+    message = bytes(encode_spans(produce()).SerializeToString())
+    with pytest.raises(MalformedInput) as error:
+        records(framed(message, trace_input.ZSTD_MAGIC + b"\x00" * 20))
+    assert error.value.line == 2
+    assert str(error.value).startswith("-:2: corrupt zstd frame (")
+
+
+def test_without_the_zstd_extra_a_compressed_frame_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trace_input, "_zstd_module", lambda: None)
+    with pytest.raises(MalformedInput) as error:
+        records(framed(trace_input.ZSTD_MAGIC + b"\x00" * 20))
+    assert str(error.value) == "-:1: frame is zstd-compressed; install otel-guard[zstd] to read it"
+
+
+@needs_zstd
+def test_corrupt_zstd_data_is_described_at_its_line() -> None:
+    line = request_line()
+    packed = bytearray(zstd.compress(line + b"\n" + os.urandom(3000).hex().encode()))
+    for index in range(20, len(packed) - 10, 7):
+        packed[index] ^= 0x55
+    with pytest.raises(MalformedInput) as error:
+        records(bytes(packed))
+    assert str(error.value).startswith("-:1: corrupt zstd data (")
+
+
+def _gzip_cut(*parts: bytes) -> bytes:
+    """``parts`` gzip-compressed, each flushed to a block boundary, without the end."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip header
+    return b"".join(packer.compress(part) + packer.flush(zlib.Z_SYNC_FLUSH) for part in parts)
+
+
+def test_a_gzip_stream_cut_after_its_first_blank_line_names_the_second_line() -> None:
+    with pytest.raises(MalformedInput) as error:
+        records(_gzip_cut(b"\n"))
+    assert str(error.value) == "-:2: compressed data ends early (truncated gzip file)"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (gzip.compress(b"\n")[:5], "-:1: compressed data ends early (truncated gzip file)"),
+        (trace_input.GZIP_MAGIC + b"\x08\x00" + b"\xff" * 16, "-:1: corrupt gzip data"),
+    ],
+)
+def test_a_gzip_stream_broken_in_its_header_is_described_at_the_first_line(
+    data: bytes, message: str
+) -> None:
+    with pytest.raises(MalformedInput) as error:
+        records(data)
+    assert str(error.value) == message
+
+
+def test_gzip_compressed_frames_cut_short_name_the_frame_being_read() -> None:
+    message = bytes(encode_spans(produce()).SerializeToString())
+    first = framed(message)
+    truncated = "compressed data ends early (truncated gzip file)"
+    for data, number in [
+        (_gzip_cut(first[:2]), 1),  # inside the first frame's length prefix
+        (_gzip_cut(first, first[:2]), 2),  # inside the second one's
+        (_gzip_cut(first, first[:9]), 2),  # inside the second frame
+    ]:
+        read: list[int] = []
+        with pytest.raises(MalformedInput) as error:
+            for record in Source("-", stdin=io.BytesIO(data)).records():
+                read.append(record.number)
+        assert read == list(range(1, number))
+        assert str(error.value) == f"-:{number}: {truncated}"
+
+
+def test_an_empty_read_ends_the_input_as_at_a_terminals_end_of_input() -> None:
+    class Terminal(io.RawIOBase):
+        """A stream whose reads return these pieces in turn, an empty one included."""
+
+        def __init__(self, *pieces: bytes) -> None:
+            self._pieces = list(pieces)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            piece = self._pieces.pop(0) if self._pieces else b""
+            buffer[: len(piece)] = piece
+            return len(piece)
+
+    message = bytes(encode_spans(produce()).SerializeToString())
+    frame = framed(message)
+    stream = Terminal(frame[:4], frame[4:], b"", frame)  # end of input, then more typed
+    assert [r.number for r in Source("-", stdin=stream).records()] == [1]  # type: ignore[arg-type]

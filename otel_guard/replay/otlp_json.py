@@ -632,13 +632,14 @@ _EXCEPTION_EVENT: Final = "exception"
 _EXCEPTION_TYPE: Final = "exception.type"
 
 
-def _exception_events(value: object) -> tuple[Event, ...]:
+def _exception_events(events: list[Any]) -> tuple[Event, ...]:
     """The span's ``exception`` events with their ``exception.type`` only: the guard's reading
-    of GenAI tool spans takes the error type from them when ``error.type`` is missing."""
-    if type(value) is not list:
-        return ()
+    of GenAI tool spans takes the error type from them when ``error.type`` is missing.
+
+    ``events`` is an array: both span readers refuse a span whose events are anything else.
+    """
     found: list[Event] = []
-    for event in value:
+    for event in events:
         if type(event) is not dict or event.get("name") != _EXCEPTION_EVENT:
             continue
         try:

@@ -109,13 +109,12 @@ class _Peekable:
             self._head += more
         return self._head[:size]
 
-    def read(self, size: int = -1) -> bytes:
-        if self._head:
-            if size < 0 or size >= len(self._head):
-                head, self._head = self._head, b""
-                return head
-            head, self._head = self._head[:size], self._head[size:]
-            return head
+    def read(self, size: int) -> bytes:
+        # Every caller asks for a size (a chunk, a frame, a decompressor's buffer), never "all".
+        head = self._head
+        if head:
+            self._head = head[size:]
+            return head[:size]
         data = self._read(size)
         self.consumed += len(data)
         return data
@@ -281,11 +280,11 @@ class Source:
         path, limit = self.path, self._limit
         number = 0
         while True:
+            number += 1  # the frame being read, its length prefix included
             try:
                 header = _read_exact(content, _LENGTH_BYTES)
                 if not header:
                     return
-                number += 1
                 if len(header) < _LENGTH_BYTES:
                     raise MalformedInput(path, number, "data ends inside a frame's length prefix")
                 size = int.from_bytes(header, "big")
@@ -295,7 +294,7 @@ class Source:
             except MalformedInput:
                 raise
             except Exception as error:  # the decompressor's own errors, whatever its module
-                raise MalformedInput(path, number or 1, _read_error(error, compression)) from None
+                raise MalformedInput(path, number, _read_error(error, compression)) from None
             if len(data) < size:
                 raise MalformedInput(
                     path, number, f"data ends inside a frame ({len(data)} of {size} bytes)"
@@ -332,15 +331,17 @@ def _too_long(what: str, limit: int, size: int | None = None) -> str:
 
 
 def _read_error(error: BaseException, compression: str) -> str:
-    if isinstance(error, EOFError):
-        return f"compressed data ends early (truncated {compression or 'compressed'} file)"
+    """What went wrong reading a source; ``compression`` is ``""`` when it is stored plain, so
+    that the error is the stream's own, not a decompressor's."""
     if isinstance(error, gzip.BadGzipFile | zlib.error):
         return "corrupt gzip data"
-    if compression == "zstd" and not isinstance(error, OSError | MemoryError):
-        return f"corrupt zstd data ({error})"
     if isinstance(error, OSError):
         return f"cannot read ({error.strerror or error})"
-    return f"corrupt {compression or 'compressed'} data ({error})"
+    if not compression:
+        return f"cannot read ({error})"
+    if isinstance(error, EOFError):
+        return f"compressed data ends early (truncated {compression} file)"
+    return f"corrupt {compression} data ({error})"
 
 
 def source_size(path: str) -> int:
