@@ -145,6 +145,8 @@ def prepare(name: str, target: Target) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     _sync(ROOT / "otel_guard", work / "otel_guard")
     _sync(ROOT / "tests", work / "tests")
+    # Data files some selected tests read beside the tests (the replay's demo traces).
+    _sync(ROOT / "examples", work / "examples")
     tests = tuple(t for t in target.tests if (ROOT / t).exists())
     config = (ROOT / "pyproject.toml").read_text(encoding="utf-8") + (
         "\n[tool.mutmut]\n"
