@@ -154,6 +154,7 @@ def prepare(name: str, target: Target) -> Path:
         f"only_mutate = {_toml_list(target.sources)}\n"
         f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
+        'also_copy = ["examples/"]\n'
         "use_git_change_detection = false\n"
     )
     pyproject = work / "pyproject.toml"
