@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Harness, decisions_of
+from harness import OK, Harness, decisions_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 from otel_guard import BatchEvaluation
 from otel_guard.cli import main
-from otel_guard.guard.telemetry import DECISIONS_METRIC, TRANSITION_EVENT
+from otel_guard.guard.telemetry import DECISIONS_METRIC, DIAGNOSTIC_EVENT, TRANSITION_EVENT
 from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
 
 
@@ -276,6 +276,7 @@ def test_a_genai_prompt_with_an_acp_prompt_child_is_handed_over_to_section_3() -
             context=set_span_in_context(outer),
             attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "acp-1"},
         )
+        assert harness.guard.state("conv-1") is None  # the GenAI reading stepped aside
         for _ in range(3):
             agent.turn(outer)  # the framework's own spans, below its own run span
         harness.failing_batches("acp-1", 1)
@@ -283,6 +284,65 @@ def test_a_genai_prompt_with_an_acp_prompt_child_is_handed_over_to_section_3() -
     assert [(e.prompt_id, e.profile) for e in agent.evaluations] == [("acp-1", "acp")]
     assert harness.guard.diagnostics() == {}
     assert harness.guard._genai_open == {}
+
+
+def test_a_genai_prompt_has_a_never_enforcing_state_from_its_start_to_its_end() -> None:
+    agent = Agent(mode="enforce")
+    guard = agent.harness.guard
+    with agent.prompt() as prompt:
+        state = guard.state("conv-1")
+        assert state is not None and state.phase == "idle" and state.enforcement_disabled
+        agent.turn(prompt)
+        agent.chat(prompt)
+        state = guard.state("conv-1")
+        assert state is not None and state.phase == "tracking" and state.enforcement_disabled
+    assert guard.state("conv-1") is None
+    assert guard.diagnostics() == {}
+
+
+def test_a_genai_prompt_reusing_an_id_with_state_starts_fresh_without_evicting_another() -> None:
+    agent = Agent(max_prompts=2)
+    harness = agent.harness
+    guard = harness.guard
+    harness.batch("conv-1", [OK])  # a section 3 prompt with the GenAI prompt's ID, idle
+    harness.batch("q", [OK])  # idle, more recently active
+    with agent.prompt():
+        assert guard.diagnostics() == {}
+        state = guard.state("conv-1")
+        assert state is not None and state.enforcement_disabled  # the GenAI prompt's own
+        harness.batch("r", [OK])  # the table is full: the least recently active idle one goes
+        assert guard.diagnostics() == {"evicted": 1}
+        assert guard.state("q") is None and guard.state("conv-1") is not None
+
+
+def test_a_genai_prompt_starting_at_capacity_evicts_the_least_recently_active_prompt() -> None:
+    agent = Agent(max_prompts=1)
+    harness = agent.harness
+    harness.failing_batches("p", 1)
+    with agent.prompt():
+        assert harness.guard.diagnostics() == {"evicted": 1}
+        assert harness.guard.state("p") is None
+    (record,) = harness.logs(DIAGNOSTIC_EVENT)
+    assert dict(record.log_record.attributes or {}) == {"diagnostic": "evicted", "prompt_id": "p"}
+
+
+def test_a_genai_prompt_whose_state_was_evicted_is_rebuilt_never_enforcing() -> None:
+    agent = Agent(mode="enforce", max_prompts=1)
+    harness = agent.harness
+    guard = harness.guard
+    with agent.prompt() as prompt:
+        harness.failing_batches("p", 1)  # evicts the GenAI prompt's state
+        agent.turn(prompt)
+        agent.chat(prompt)  # settles its batch: the state is rebuilt (evicting p)
+        state = guard.state("conv-1")
+        assert state is not None and state.phase == "tracking" and state.enforcement_disabled
+        harness.failing_batches("p", 1)  # p is rebuilt in turn, and the GenAI prompt evicted
+    assert [(e.prompt_id, e.profile, e.decision.kind) for e in agent.evaluations] == [
+        ("p", "acp", "tracked"),
+        ("conv-1", "genai", "tracked"),
+        ("p", "acp", "tracked"),
+    ]
+    assert guard.diagnostics() == {"evicted": 3}
 
 
 def test_spans_outside_any_genai_prompt_leave_no_state() -> None:

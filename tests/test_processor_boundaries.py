@@ -92,6 +92,15 @@ def test_prompt_span_ending_after_its_prompt_was_evicted_is_quiet() -> None:
     assert h.guard.state("b") is not None
 
 
+def test_an_ended_prompt_is_never_chosen_for_eviction() -> None:
+    h = Harness(max_prompts=1)
+    h.start_prompt("a").end()  # idle when it ends
+    h.batch("p", [FAIL] * 4)
+    h.batch("q", [FAIL] * 4)  # the table is full: p goes, the only prompt with a state
+    assert h.guard.diagnostics() == {"evicted": 1}
+    assert h.guard.state("p") is None and h.guard.state("q") is not None
+
+
 def test_prompt_expires_once_inactive_for_exactly_the_ttl() -> None:
     now = [0.0]
     h = Harness(prompt_ttl_seconds=10.0, clock=lambda: now[0])

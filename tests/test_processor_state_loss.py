@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from opentelemetry.trace import Span
 
 from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT, OBSERVATIONS_METRIC, TRANSITION_EVENT
+from otel_guard.reducer import GuardState
 
 EXAMPLES = int(os.environ.get("OTEL_GUARD_STATEFUL_EXAMPLES", "1000"))
 PROMPT_IDS = ("a", "b", "c", "d", "e")
@@ -511,3 +512,95 @@ def test_call_data_over_the_byte_budget_is_shed_by_the_longest_holder() -> None:
         "diagnostic": "batch_overflow",
         "prompt_id": "stuck",
     }
+
+
+def _calls(prefix: str, count: int) -> list[Call]:
+    # Each counts as 400 bytes plus its call ID (2), tool name (9) and error type (12): 423.
+    return [Call(call_id=f"{prefix}{i}") for i in range(count)]
+
+
+def test_call_data_of_exactly_the_byte_budget_is_kept_and_one_byte_less_is_shed() -> None:
+    for budget, complete, diagnostics in ((846, True, {}), (845, False, {"batch_overflow": 1})):
+        seen: list[Any] = []
+        h = Harness(mode="shadow", max_call_bytes=budget, listener=seen.append)
+        h.batch("p", _calls("a", 2))
+        assert seen[-1].batch.complete is complete
+        assert h.guard.diagnostics() == diagnostics
+
+
+def test_a_batch_that_gave_up_its_call_data_stays_incomplete_and_frees_exactly_its_bytes() -> None:
+    from opentelemetry.trace import set_span_in_context
+
+    seen: list[Any] = []
+    h = Harness(mode="shadow", max_call_bytes=846, listener=seen.append)  # two calls
+    stuck = h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": "stuck"})
+    h.tool_span(Call(call_id="s0"), set_span_in_context(stuck)).end()
+    h.batch("live", _calls("a", 2))  # the second call is over the budget: the stuck one sheds
+    assert h.guard.diagnostics() == {"batch_overflow": 1}
+    assert seen[-1].batch.complete is True
+    h.tool_span(Call(call_id="s1"), set_span_in_context(stuck)).end()  # not kept any more
+    stuck.set_attributes({"acp.batch.admitted": 1, "acp.input.reliable": True})
+    stuck.end()
+    assert seen[-1].prompt_id == "stuck" and seen[-1].batch.complete is False
+    assert seen[-1].batch.observations == ()
+    # With every batch ended the whole budget is free again, and no more than that.
+    h.batch("live", _calls("b", 2))
+    assert seen[-1].batch.complete is True
+    h.batch("live", _calls("c", 3))
+    assert seen[-1].batch.complete is False
+    assert h.guard.diagnostics() == {"batch_overflow": 2}
+
+
+def open_batch(h: Harness, prompt_id: str) -> None:
+    h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": prompt_id})  # never ends
+
+
+def test_a_prompt_span_pushed_out_of_the_span_table_keeps_its_dropped_state_from_enforcing() -> (
+    None
+):
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
+    h.start_prompt("a")
+    h.batch("b", [FAIL])  # evicts the state of "a" while its prompt span is open
+    for i in range(5):
+        open_batch(h, f"x{i}")  # pushes the prompt span of "a" out of the table
+    h.batch("a", [FAIL])
+    state = h.guard.state("a")
+    assert state is not None and state.phase == "tracking" and state.enforcement_disabled
+    h.start_prompt("a")  # nobody has "a" open any more: a fresh prompt, not a collision
+    assert "prompt_collision" not in h.guard.diagnostics()
+    assert h.guard.state("a") == GuardState.initial()
+
+
+def test_an_opted_out_prompt_span_pushed_out_of_the_span_table_stays_off() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)
+    h.start_prompt("a", route="cron")
+    h.batch("b", [FAIL])  # evicts the state of "a"
+    for i in range(5):
+        open_batch(h, f"x{i}")
+    h.batch("a", [FAIL])
+    assert h.decision_counts() == {"tracked": 1}  # the batch of "b" only
+
+
+def test_a_colliding_prompt_id_stays_open_while_one_of_its_spans_is_in_the_span_table() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
+    h.start_prompt("a")
+    h.start_prompt("a")  # a collision: two open spans
+    for i in range(4):
+        open_batch(h, f"x{i}")  # pushes the first span of "a" out
+    h.start_prompt("a")  # the second is still open: another collision
+    assert h.guard.diagnostics()["prompt_collision"] == 2
+
+
+def test_a_prompt_span_pushed_out_while_its_state_is_kept_is_not_remembered_as_dropped() -> None:
+    # Room for 9 open spans and 8 dropped prompt IDs.
+    h = Harness(mode="enforce", max_prompts=2, max_calls_per_batch=1)
+    h.start_prompt("a")
+    h.batch("a", [FAIL])  # tracking: eviction takes the idle prompts first
+    for i in range(9):
+        h.batch(f"d{i}", [OK])  # each evicts the one before: d0 to d7 are remembered
+    for i in range(9):
+        open_batch(h, f"x{i}")  # pushes the prompt span of "a" out; its state stays
+    assert h.guard.state("a") is not None
+    h.batch("d0", [FAIL])
+    state = h.guard.state("d0")
+    assert state is not None and state.enforcement_disabled  # still known as dropped

@@ -182,13 +182,11 @@ class _Life:
     lives is bounded by the table of open spans.
     """
 
-    __slots__ = ("collided", "guarded", "lost", "open")
+    __slots__ = ("guarded", "open")
 
     def __init__(self, guarded: bool) -> None:
-        self.open = 1
+        self.open = 1  # its prompt spans open now (more than one after a collision)
         self.guarded = guarded
-        self.lost = False  # its state was dropped while a span was open
-        self.collided = False  # two of its prompt spans were open at once
 
 
 class _PromptSpan:
@@ -557,8 +555,7 @@ class GuardSpanProcessor(SpanProcessor):
                 # A new prompt span starts a fresh prompt: nothing of an earlier one carries over.
                 self._lives[prompt_id] = _Life(guarded)
                 self._dropped.pop(prompt_id, None)
-                if self._prompts.pop(prompt_id, None) is not None:
-                    self._idle.pop(prompt_id, None)
+                self._discard(prompt_id)
                 self._admit_prompt(prompt_id, _Prompt(guarded, now), now, out)
             else:
                 self._collide(prompt_id, life, guarded, span.context, out)
@@ -575,7 +572,6 @@ class GuardSpanProcessor(SpanProcessor):
     ) -> None:
         """A second prompt span opened with an ID that is already open."""
         life.open += 1
-        life.collided = True
         life.guarded = life.guarded and guarded
         prompt = self._prompts.get(prompt_id)
         if prompt is not None:
@@ -621,11 +617,11 @@ class GuardSpanProcessor(SpanProcessor):
         if life.open > 0:
             return
         del self._lives[prompt_id]
-        prompt = self._prompts.get(prompt_id)
-        if prompt is None:
+        # A state kept after a collision or a loss already has enforcement disabled: a collision
+        # disables it, a state rebuilt while the span was open starts disabled, and nothing
+        # clears the flag. Only a dropped state needs its facts kept.
+        if prompt_id not in self._prompts:
             self._remember(prompt_id, life.guarded)
-        elif life.collided or life.lost:
-            prompt.state = prompt.state._replace(enforcement_disabled=True)
 
     def _end_prompt_span(self, prompt_id: str) -> None:
         life = self._lives.get(prompt_id)
@@ -634,8 +630,7 @@ class GuardSpanProcessor(SpanProcessor):
             if life.open > 0:
                 return  # a colliding span is still open: the state stays
             del self._lives[prompt_id]
-        if self._prompts.pop(prompt_id, None) is not None:
-            self._idle.pop(prompt_id, None)
+        self._discard(prompt_id)
 
     def _end_tracked(self, span: ReadableSpan, context: SpanContext) -> None:
         out: list[_Emission] = []
@@ -768,8 +763,9 @@ class GuardSpanProcessor(SpanProcessor):
             _, victim = holding.popitem(last=False)
             victim.overflow = True  # it can no longer prove completeness
             self._call_bytes -= victim.bytes
+            # Its bytes are not read again: an overflowed batch never keeps another call, and
+            # _release skips a batch without calls.
             victim.calls = []
-            victim.bytes = 0
             out.append(("diagnostic", "batch_overflow", victim.prompt_id, None))
 
     def _release(self, batch: _OpenBatch) -> None:
@@ -999,12 +995,11 @@ class GuardSpanProcessor(SpanProcessor):
             self._notify(evaluation)
 
     def _genai_shield(self, span: Span) -> None:
-        out: list[_Emission] = []
         with self._lock:
+            # shield() reports only the end of a GenAI prompt that section 3 spans take over,
+            # which emits nothing.
             for event in self._genai.shield(span):
-                self._apply_genai(event, out, [])
-        if out:
-            self._flush(out)
+                self._discard(event.prompt_id)
 
     def _apply_genai(
         self, event: ProfileEvent, out: list[_Emission], evaluations: list[BatchEvaluation]
@@ -1014,12 +1009,10 @@ class GuardSpanProcessor(SpanProcessor):
         if type(event) is ProfileDiagnostic:
             out.append(("diagnostic", event.name, event.prompt_id, event.span_context))
         elif type(event) is PromptEnded:
-            if self._prompts.pop(event.prompt_id, None) is not None:
-                self._idle.pop(event.prompt_id, None)
+            self._discard(event.prompt_id)
         elif type(event) is PromptStarted:
             now = self._clock()
-            if self._prompts.pop(event.prompt_id, None) is not None:
-                self._idle.pop(event.prompt_id, None)  # a new prompt span: a fresh prompt
+            self._discard(event.prompt_id)  # a new prompt span: a fresh prompt
             self._admit_prompt(event.prompt_id, _Prompt(True, now, rebuilt=True), now, out)
         elif type(event) is BatchSettled:
             now = self._clock()
@@ -1049,6 +1042,11 @@ class GuardSpanProcessor(SpanProcessor):
                     out.append(("transition", transition))
                 if evaluation is not None:
                     evaluations.append(evaluation)
+
+    def _discard(self, prompt_id: str) -> None:
+        """Forget a prompt's state without a trace: its prompt span ended, or a new one starts."""
+        if self._prompts.pop(prompt_id, None) is not None:
+            self._idle.pop(prompt_id, None)
 
     def _admit_prompt(
         self, prompt_id: str, prompt: _Prompt, now: float, out: list[_Emission]
@@ -1081,7 +1079,6 @@ class GuardSpanProcessor(SpanProcessor):
         life = self._lives.get(prompt_id)
         guarded = prompt.guarded
         if life is not None:
-            life.lost = True
             life.guarded = life.guarded and guarded
         else:
             self._remember(prompt_id, guarded)
