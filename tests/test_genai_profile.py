@@ -18,7 +18,12 @@ from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 from otel_guard import BatchEvaluation
 from otel_guard.cli import main
-from otel_guard.guard.telemetry import DECISIONS_METRIC, DIAGNOSTIC_EVENT, TRANSITION_EVENT
+from otel_guard.guard.telemetry import (
+    DECISIONS_METRIC,
+    DIAGNOSTIC_EVENT,
+    OBSERVATIONS_METRIC,
+    TRANSITION_EVENT,
+)
 from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
 
 
@@ -156,7 +161,9 @@ def test_never_enforced_reminders_at_most_and_no_stop() -> None:
     assert [a.kind if a else None for a in actions] == [None, "reminder", None, None]
     modes = {a["mode"] for a, _ in agent.harness.points(DECISIONS_METRIC)}
     assert modes == {"warn"}
-    assert all(e.input_reliable and not e.has_external_input for e in agent.evaluations)
+    assert {
+        (e.input_reliable, e.has_external_input, e.has_queued_prompt) for e in agent.evaluations
+    } == {(True, False, False)}
 
 
 def test_a_tool_span_still_open_at_the_next_model_call_makes_its_batch_incomplete() -> None:
@@ -343,6 +350,42 @@ def test_a_genai_prompt_whose_state_was_evicted_is_rebuilt_never_enforcing() -> 
         ("p", "acp", "tracked"),
     ]
     assert guard.diagnostics() == {"evicted": 3}
+
+
+def test_genai_observations_are_counted_and_transitions_carry_the_settling_span() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.chat(prompt)
+        for _ in range(3):
+            agent.tool(prompt)
+        agent.tool(prompt, fail=False, tool="read_file")
+        agent.tool(prompt, extra={"mcp.method.name": "tools/call"})
+        settling = agent.tracer.start_span(
+            "chat model",
+            context=set_span_in_context(prompt),
+            attributes={"gen_ai.operation.name": "chat"},
+        )
+        settling.end()
+    points = sorted(
+        (a["execution_status"], a["tool_type"], v)
+        for a, v in agent.harness.points(OBSERVATIONS_METRIC)
+    )
+    assert points == [("error", "mcp", 1), ("error", "native", 3), ("success", "native", 1)]
+    (record,) = agent.harness.logs(TRANSITION_EVENT)
+    assert record.log_record.span_id == settling.get_span_context().span_id
+    assert record.log_record.trace_id == settling.get_span_context().trace_id
+
+
+def test_a_genai_prompt_sharing_its_id_with_an_opted_out_prompt_is_not_evaluated() -> None:
+    agent = Agent()
+    harness = agent.harness
+    with agent.prompt() as prompt:
+        harness.batch("conv-1", [OK], batch_attributes={"acp.prompt.route": "cron"})
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)
+    assert agent.evaluations == []
+    assert harness.points() == [] and harness.logs() == []
 
 
 def test_spans_outside_any_genai_prompt_leave_no_state() -> None:
