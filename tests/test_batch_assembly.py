@@ -11,7 +11,7 @@ from opentelemetry.trace import Span, set_span_in_context
 from otel_guard import BatchEvaluation, GuardAction
 from otel_guard.guard.processor import _ENDED_BATCHES, MAX_CALL_ID_LENGTH, MAX_TOOL_NAME_LENGTH
 from otel_guard.guard.telemetry import TRANSITION_EVENT
-from otel_guard.reducer import REMINDER, Batch, GuardState
+from otel_guard.reducer import REMINDER, Batch, Decision, FailureKey, GuardInput, GuardState
 
 
 def evaluations(**guard_kwargs: object) -> tuple[Harness, list[BatchEvaluation]]:
@@ -149,6 +149,23 @@ def test_reset_transition_carries_no_tool_type() -> None:
     tracked, reset = transition_attributes(h)
     assert tracked["tool_type"] == "native"
     assert "tool_type" not in reset
+
+
+def test_a_decision_keyed_on_no_call_of_the_batch_names_no_tool_type() -> None:
+    # The replay's what-if reducers decide from the same batch; a key none of its calls carries
+    # still gives a transition, without a tool type, and never an internal error.
+    key = FailureKey("write_file", "conflict")
+
+    def reducer(state: GuardState, guard_input: GuardInput) -> Decision:
+        return Decision("tracked", GuardState("tracking", key, 4, 1, 1, 2, False))
+
+    h, seen = evaluations(reducer=reducer)
+    h.batch("p", [FAIL] * 4)
+    (tracked,) = transition_attributes(h)
+    assert tracked["decision"] == "tracked" and "tool_type" not in tracked
+    assert tracked["execution_error_type"] == "conflict"
+    assert h.guard.diagnostics() == {}
+    assert seen[0].decision.state.key == key
 
 
 # -- what a call contributes ----------------------------------------------------------------------
