@@ -606,3 +606,15 @@ def test_a_prompt_span_pushed_out_while_its_state_is_kept_is_not_remembered_as_d
     h.batch("d0", [FAIL])
     state = h.guard.state("d0")
     assert state is not None and state.enforcement_disabled  # still known as dropped
+
+
+def test_the_table_of_dropped_prompts_forgets_the_oldest_first() -> None:
+    h = Harness(mode="enforce", max_prompts=1)  # 4 dropped prompt IDs are remembered
+    for i in range(6):
+        h.batch(f"p{i}", [OK])  # each evicts the one before: p0 to p4 dropped, p0 forgotten
+    h.batch("p0", [FAIL])
+    state = h.guard.state("p0")
+    assert state is not None and not state.enforcement_disabled  # forgotten: a new prompt
+    h.batch("p2", [FAIL])  # p0 evicted p5 in turn, so p1 is forgotten too, but not p2
+    state = h.guard.state("p2")
+    assert state is not None and state.enforcement_disabled  # still known as dropped
