@@ -388,6 +388,27 @@ def test_a_genai_prompt_sharing_its_id_with_an_opted_out_prompt_is_not_evaluated
     assert harness.points() == [] and harness.logs() == []
 
 
+def test_mode_off_reads_no_genai_prompt() -> None:
+    agent = Agent(mode="off")
+    guard = agent.harness.guard
+    with agent.prompt() as prompt:
+        assert guard.state("conv-1") is None
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)
+    assert agent.evaluations == [] and guard.genai_coverage().prompts == 0
+    assert agent.harness.points() == [] and agent.harness.logs() == []
+
+
+def test_a_genai_prompt_starting_after_shutdown_is_not_read() -> None:
+    agent = Agent()
+    guard = agent.harness.guard
+    guard.shutdown()
+    with agent.prompt() as prompt:
+        agent.turn(prompt)
+    assert agent.evaluations == [] and guard.genai_coverage().prompts == 0
+
+
 def test_spans_outside_any_genai_prompt_leave_no_state() -> None:
     agent = Agent()
     root = agent.tracer.start_span("GET /")
