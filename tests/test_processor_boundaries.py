@@ -59,6 +59,18 @@ def test_open_spans_beyond_four_per_prompt_plus_one_batch_of_calls_are_evicted()
     assert (record.log_record.attributes or {})["prompt_id"] == "p0"
 
 
+def test_a_batch_span_ending_after_it_was_evicted_is_not_evaluated() -> None:
+    seen: list[BatchEvaluation] = []
+    h = Harness(max_prompts=1, max_calls_per_batch=1, listener=seen.append)  # 5 open spans
+    first = h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": "p0"})
+    for i in range(5):
+        open_batch(h, f"p{i + 1}")  # the first is evicted
+    first.set_attributes({"acp.batch.admitted": 0, "acp.input.reliable": True})
+    first.end()
+    assert h.guard.diagnostics() == {"evicted": 1}
+    assert seen == [] and h.guard.state("p0") is None
+
+
 def test_prompt_spans_evict_the_oldest_open_batch_span_too() -> None:
     h = Harness(max_prompts=2, max_calls_per_batch=1)
     open_batch(h, "b")

@@ -504,8 +504,9 @@ class GuardSpanProcessor(SpanProcessor):
                 context = _sdk.context(span)
             except AttributeError:
                 context = span.context
-            if context is None or context[_SPAN_ID] not in self._tracked:
+            if context is None:
                 return
+            # Most spans here are tracked: _end_tracked's look-up under the lock is the only one.
             self._end_tracked(span, context)
         except Exception:
             self._internal_error()
@@ -769,11 +770,11 @@ class GuardSpanProcessor(SpanProcessor):
             out.append(("diagnostic", "batch_overflow", victim.prompt_id, None))
 
     def _release(self, batch: _OpenBatch) -> None:
+        """Give back the byte budget of a batch that ended or was evicted: nothing reads it
+        again. A batch holding calls is always in ``_holding`` (until it is shed of them)."""
         if batch.calls:
-            self._holding.pop(batch.span_id, None)
+            del self._holding[batch.span_id]
             self._call_bytes -= batch.bytes
-            batch.calls = []
-            batch.bytes = 0
 
     def _observations(
         self, batch: _OpenBatch, context: SpanContext, out: list[_Emission]
@@ -1105,7 +1106,7 @@ class GuardSpanProcessor(SpanProcessor):
                 telemetry.diagnostic(name, prompt_id, span_context)
             elif item[0] == "observations":
                 telemetry.observations(item[1])
-            else:
+            elif item[0] == "transition":
                 telemetry.transition(item[1])
 
     def _count(self, name: Diagnostic) -> None:
