@@ -145,16 +145,15 @@ def prepare(name: str, target: Target) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     _sync(ROOT / "otel_guard", work / "otel_guard")
     _sync(ROOT / "tests", work / "tests")
-    # Data files some selected tests read beside the tests (the replay's demo traces).
-    _sync(ROOT / "examples", work / "examples")
+    _sync(ROOT / "examples", work / "examples")  # recorded traces some tests replay
     tests = tuple(t for t in target.tests if (ROOT / t).exists())
     config = (ROOT / "pyproject.toml").read_text(encoding="utf-8") + (
         "\n[tool.mutmut]\n"
         'source_paths = ["otel_guard"]\n'
+        'also_copy = ["examples"]\n'
         f"only_mutate = {_toml_list(target.sources)}\n"
         f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
-        'also_copy = ["examples/"]\n'
         "use_git_change_detection = false\n"
     )
     pyproject = work / "pyproject.toml"

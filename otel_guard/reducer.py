@@ -319,11 +319,9 @@ def reduce_with_thresholds(
     """
     decision = reduce(state, input)
     kind, after, _ = decision
-    if (
-        state.phase != "tracking"
-        or after.key != state.key
-        or kind not in ("tracked", "would_warn", "warn")
-    ):
+    # A streak continuing from ``tracking``: only there do these kinds keep the key (a new key is
+    # step 9, ``warned`` goes on to a stop, ``latched`` and ``idle`` have no streak to continue).
+    if after.key != state.key or kind not in ("tracked", "would_warn", "warn"):
         return decision
     if after.failure_count >= threshold and after.batch_count >= batch_threshold:
         mode = parse_mode(input.mode) or "shadow"  # what-if only: no fast path needed

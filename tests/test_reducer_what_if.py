@@ -81,3 +81,19 @@ def test_what_if_decisions_equal_the_reducer_with_those_constants(
 @given(inputs=st.lists(_INPUTS, min_size=1, max_size=14))
 def test_what_if_with_the_live_constants_is_the_reducer(inputs: list[GuardInput]) -> None:
     assert _run(inputs, lambda s, i: reduce_with_thresholds(s, i, 8, 2)) == _run(inputs, reduce)
+
+
+def test_a_batch_without_a_decision_during_a_streak_stays_without_one_at_any_threshold() -> None:
+    # Another tool's success, or only provider duplicates, leave a streak as it is: lowering the
+    # thresholds must not turn such a batch into a warning.
+    failing = Observation("c", "read_file", "native", "error", "error", "timeout")
+    other_success = Observation("c", "run_shell", "native", "success", "success", None)
+    duplicate = failing._replace(provider_duplicate=True)
+    for quiet in (other_success, duplicate):
+        inputs = [
+            GuardInput("warn", Batch(True, (failing, failing)), False, False, True),
+            GuardInput("warn", Batch(True, (quiet,)), False, False, True),
+        ]
+        decisions = _run(inputs, lambda s, i: reduce_with_thresholds(s, i, 1, 1))
+        assert [d.kind for d in decisions] == ["tracked", "none"]
+        assert decisions[1].state == decisions[0].state
