@@ -415,6 +415,17 @@ def test_a_collision_withdraws_a_pending_stop() -> None:
     h.batch("p", [FAIL] * 4, parent=first)  # a stop is pending for the first host
     h.start_prompt("p")
     assert h.guard.take_action("p") is None
+    assert h.guard.diagnostics() == {"prompt_collision": 1}
+
+
+def test_a_batch_without_a_prompt_span_after_a_fresh_prompt_span_ended_is_a_new_prompt() -> None:
+    h = Harness(mode="enforce", max_prompts=1)
+    h.batch("p", [FAIL] * 4)
+    h.batch("q", [FAIL] * 4)  # p dropped
+    h.start_prompt("p").end()  # a new prompt with that ID, which ends: nothing of p is left
+    h.batch("p", [FAIL] * 4)
+    state = h.guard.state("p")
+    assert state is not None and not state.enforcement_disabled
 
 
 def test_a_collision_with_an_opted_out_span_turns_the_id_off() -> None:
