@@ -629,3 +629,30 @@ def test_the_table_of_dropped_prompts_forgets_the_oldest_first() -> None:
     h.batch("p2", [FAIL])  # p0 evicted p5 in turn, so p1 is forgotten too, but not p2
     state = h.guard.state("p2")
     assert state is not None and state.enforcement_disabled  # still known as dropped
+
+
+def test_an_opting_out_batch_that_finds_its_state_expired_names_no_prompt_and_stays_off() -> None:
+    now = [0.0]
+    h = Harness(mode="enforce", prompt_ttl_seconds=10.0, clock=lambda: now[0])
+    h.batch("p", [FAIL])
+    now[0] = 10.0
+    h.batch("p", [OK], batch_attributes={"acp.prompt.route": "cron"})
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert dict(record.log_record.attributes or {}) == {"diagnostic": "expired"}
+    state = h.guard.state("p")
+    assert state is not None and state.enforcement_disabled  # rebuilt from the dropped facts
+    h.batch("p", [FAIL] * 4)
+    assert h.decision_counts() == {"tracked": 1}  # the first batch only
+
+
+def test_a_prompt_opted_out_by_a_batch_stays_off_once_its_span_left_the_span_table() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
+    h.start_prompt("a")
+    h.batch("a", [OK], batch_attributes={"acp.prompt.route": "cron"})  # opts "a" out
+    h.batch("b", [FAIL])  # evicts the state of "a"
+    for i in range(5):
+        open_batch(h, f"x{i}")  # pushes the prompt span of "a" out
+    h.batch("a", [FAIL])
+    assert h.decision_counts() == {"tracked": 1}  # the batch of "b" only
+    named = {dict(r.log_record.attributes or {}).get("prompt_id") for r in h.logs()}
+    assert "a" not in named
