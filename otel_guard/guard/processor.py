@@ -372,7 +372,6 @@ class GuardSpanProcessor(SpanProcessor):
         self._call_bytes = 0
         self._ended_batches: OrderedDict[int, str] = OrderedDict()
         self._diagnostic_counts: Counter[str] = Counter()
-        self._shutdown = False
         self._inert = self._mode == "off"
         self._telemetry = GuardTelemetry(
             meter_provider,
@@ -512,20 +511,17 @@ class GuardSpanProcessor(SpanProcessor):
             self._internal_error()
 
     def shutdown(self) -> None:
-        """Stop observing and drop all state. Idempotent."""
+        """Stop observing and drop all state. Idempotent: once inert, nothing fills the tables
+        again, and closing the telemetry twice is harmless."""
         try:
             with self._lock:
-                if self._shutdown:
-                    return
-                self._shutdown = True
                 self._inert = True
                 self._prompts.clear()
                 self._idle.clear()
                 self._lives.clear()
                 self._dropped.clear()
                 self._tracked.clear()
-                self._holding.clear()
-                self._call_bytes = 0
+                self._holding.clear()  # the byte count is not read again once inert
                 self._ended_batches.clear()
                 self._genai.clear()
             self._telemetry.close()
