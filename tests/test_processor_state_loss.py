@@ -656,3 +656,15 @@ def test_a_prompt_opted_out_by_a_batch_stays_off_once_its_span_left_the_span_tab
     assert h.decision_counts() == {"tracked": 1}  # the batch of "b" only
     named = {dict(r.log_record.attributes or {}).get("prompt_id") for r in h.logs()}
     assert "a" not in named
+
+
+def test_an_id_whose_state_was_evicted_while_its_prompt_span_was_open_is_new_once_it_ended() -> (
+    None
+):
+    h = Harness(mode="enforce", max_prompts=1)
+    span = h.start_prompt("a")
+    h.batch("b", [FAIL] * 4)  # evicts the state of "a" while its span is open
+    span.end()  # the prompt ended: nothing of "a" is kept
+    h.batch("a", [FAIL] * 4)
+    state = h.guard.state("a")
+    assert state is not None and not state.enforcement_disabled
