@@ -24,6 +24,7 @@ from otel_guard import BatchEvaluation, GuardSpanProcessor
         ({"prompt_ttl_seconds": 0}, "prompt_ttl_seconds must be positive"),
         ({"prompt_ttl_seconds": -1.0}, "prompt_ttl_seconds must be positive"),
         ({"max_calls_per_batch": 0}, "max_calls_per_batch must be at least 1"),
+        ({"max_call_bytes": 0}, "max_call_bytes must be at least 1"),
     ],
 )
 def test_invalid_bounds_are_rejected_with_a_message_naming_them(
@@ -35,7 +36,7 @@ def test_invalid_bounds_are_rejected_with_a_message_naming_them(
 
 
 def test_smallest_valid_bounds_are_accepted() -> None:
-    h = Harness(max_prompts=1, prompt_ttl_seconds=0.5, max_calls_per_batch=1)
+    h = Harness(max_prompts=1, prompt_ttl_seconds=0.5, max_calls_per_batch=1, max_call_bytes=1)
     h.batch("p", [FAIL])
     assert h.guard.state("p") is not None
 
