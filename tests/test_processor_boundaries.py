@@ -268,6 +268,23 @@ def test_spans_without_attributes_or_context_are_ignored_quietly() -> None:
     assert guard.diagnostics() == {}
 
 
+def test_a_repeated_call_without_a_span_context_is_reported_without_a_span_id() -> None:
+    spans, _ = live_run()
+    batch = next(s for s in spans if s.name == "tool_batch")
+    call = recorded(next(s for s in spans if s.parent == batch.context))
+    h = Harness(mode="shadow")
+    guard = h.guard
+    guard.on_start(recorded(batch))  # type: ignore[arg-type]
+    for _ in range(2):  # the same call twice, as recorded data without its span context
+        call._context = None
+        guard.on_end(call)
+    guard.on_end(recorded(batch))
+    assert guard.diagnostics() == {"duplicate_span": 1}
+    (record,) = h.logs()
+    assert record.log_record.trace_id == batch.context.trace_id
+    assert not record.log_record.span_id
+
+
 # -- failures are counted, never raised -----------------------------------------------------------
 
 
