@@ -596,3 +596,13 @@ def test_concurrent_prompts_on_many_threads_each_get_their_own_decisions() -> No
     assert by_prompt == {f"conv-{i}": ["tracked", "would_warn", "would_stop"] for i in range(8)}
     assert agent.harness.guard.diagnostics() == {}
     assert agent.harness.guard._genai_open == {}
+
+
+def test_an_opted_out_prompt_span_stays_off_when_a_genai_prompt_shares_its_id() -> None:
+    agent = Agent(max_prompts=1)
+    harness = agent.harness
+    harness.start_prompt("conv-1", route="cron")  # opted out, and open throughout
+    with agent.prompt():  # a GenAI prompt with the same ID, whose state is evicted
+        harness.failing_batches("q", 1)
+    harness.failing_batches("conv-1", 1)  # rebuilt from the open prompt span: still off
+    assert harness.decision_counts() == {"tracked": 1}  # the batch of q only
