@@ -791,9 +791,8 @@ class GuardSpanProcessor(SpanProcessor):
                     well_formed = False  # a call without an ID cannot prove completeness
                     continue
                 if call_id in call_ids:
-                    frame = SpanContext(
-                        context.trace_id, record[9], False, context.trace_flags, context.trace_state
-                    )
+                    # The record carries the trace ID, span ID and flags; not the trace state.
+                    frame = SpanContext(context.trace_id, record[9], False, context.trace_flags)
                     out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
                     continue
                 call_ids.add(call_id)
