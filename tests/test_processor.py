@@ -345,6 +345,7 @@ def test_span_with_prompt_id_but_no_admitted_count_is_not_a_batch() -> None:
     span.end()
     assert seen == []
     assert h.points() == []
+    assert h.guard.diagnostics() == {}
 
 
 def test_tool_call_without_call_id_makes_the_batch_incomplete() -> None:
