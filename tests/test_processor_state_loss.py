@@ -668,3 +668,12 @@ def test_an_id_whose_state_was_evicted_while_its_prompt_span_was_open_is_new_onc
     h.batch("a", [FAIL] * 4)
     state = h.guard.state("a")
     assert state is not None and not state.enforcement_disabled
+
+
+def test_a_batch_that_ended_gives_back_exactly_its_bytes() -> None:
+    seen: list[Any] = []
+    h = Harness(mode="shadow", max_call_bytes=846, listener=seen.append)
+    h.batch("p", _calls("a", 1))  # 423 bytes, given back when it ends
+    h.batch("p", [Call(call_id="b0"), Call(call_id="b10")])  # 423 + 424: one byte over
+    assert [e.batch.complete for e in seen] == [True, False]
+    assert h.guard.diagnostics() == {"batch_overflow": 1}
