@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import set_span_in_context
 
 from otel_guard import BatchEvaluation, GuardSpanProcessor
+from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT
 
 # -- construction ---------------------------------------------------------------------------------
 
@@ -283,6 +284,28 @@ def test_a_repeated_call_without_a_span_context_is_reported_without_a_span_id() 
     (record,) = h.logs()
     assert record.log_record.trace_id == batch.context.trace_id
     assert not record.log_record.span_id
+
+
+def test_a_late_call_offering_only_the_public_interface_is_reported_with_its_span() -> None:
+    spans, _ = live_run()
+    by_id = {s.context.span_id: s for s in spans}
+    (late,) = [
+        s
+        for s in spans
+        if s.parent
+        and s.parent.span_id in by_id
+        and (s.end_time or 0) > (by_id[s.parent.span_id].end_time or 0)
+    ]  # a call that ended after its batch span
+    h = Harness(mode="shadow")
+    events = [(s.start_time, 0, i) for i, s in enumerate(spans)]
+    events += [(s.end_time, 1, i) for i, s in enumerate(spans)]
+    for _, ending, i in sorted(events):
+        span = PublicOnlySpan(spans[i])
+        (h.guard.on_end if ending else h.guard.on_start)(span)  # type: ignore[operator]
+    assert h.guard.diagnostics() == {"late_span": 1}
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert record.log_record.span_id == late.context.span_id
+    assert h.guard.genai_coverage().orphan_tool_calls == 0  # section 3 calls, late or not
 
 
 # -- failures are counted, never raised -----------------------------------------------------------
