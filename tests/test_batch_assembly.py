@@ -11,7 +11,7 @@ from opentelemetry.trace import Span, set_span_in_context
 from otel_guard import BatchEvaluation, GuardAction
 from otel_guard.guard.processor import _ENDED_BATCHES, MAX_CALL_ID_LENGTH, MAX_TOOL_NAME_LENGTH
 from otel_guard.guard.telemetry import TRANSITION_EVENT
-from otel_guard.reducer import REMINDER, Batch, GuardState
+from otel_guard.reducer import REMINDER, Batch, Decision, FailureKey, GuardInput, GuardState
 
 
 def evaluations(**guard_kwargs: object) -> tuple[Harness, list[BatchEvaluation]]:
@@ -151,6 +151,23 @@ def test_reset_transition_carries_no_tool_type() -> None:
     assert "tool_type" not in reset
 
 
+def test_a_decision_keyed_on_no_call_of_the_batch_names_no_tool_type() -> None:
+    # The replay's what-if reducers decide from the same batch; a key none of its calls carries
+    # still gives a transition, without a tool type, and never an internal error.
+    key = FailureKey("write_file", "conflict")
+
+    def reducer(state: GuardState, guard_input: GuardInput) -> Decision:
+        return Decision("tracked", GuardState("tracking", key, 4, 1, 1, 2, False))
+
+    h, seen = evaluations(reducer=reducer)
+    h.batch("p", [FAIL] * 4)
+    (tracked,) = transition_attributes(h)
+    assert tracked["decision"] == "tracked" and "tool_type" not in tracked
+    assert tracked["execution_error_type"] == "conflict"
+    assert h.guard.diagnostics() == {}
+    assert seen[0].decision.state.key == key
+
+
 # -- what a call contributes ----------------------------------------------------------------------
 
 
@@ -215,6 +232,24 @@ def test_attributes_of_the_wrong_type_are_read_as_missing() -> None:
     assert observation[1:] == (None, None, "", None, None, False)
 
 
+def test_status_and_type_values_of_64_characters_are_kept_and_longer_ones_are_missing() -> None:
+    h, seen = evaluations()
+    kept = "k" * 64
+    (observation,) = observed(
+        h,
+        seen,
+        [Call(tool_type="t" * 64, status=kept, execution=kept, error_type=kept)],
+    ).observations
+    assert observation[1:] == (None, "t" * 64, kept, kept, kept, False)  # unresolved: no name
+    longer = "l" * 65
+    (observation,) = observed(
+        h,
+        seen,
+        [Call(tool_type="t" * 65, status=longer, execution=longer, error_type=longer)],
+    ).observations
+    assert observation[1:] == (None, None, "", None, None, False)
+
+
 def test_calls_beyond_the_batch_limit_make_it_incomplete_with_one_diagnostic() -> None:
     h, seen = evaluations(max_calls_per_batch=2)
     assert observed(h, seen, [FAIL] * 2).complete is True
@@ -271,6 +306,11 @@ def test_duplicate_frame_in_a_batch_nobody_listens_to_is_still_a_diagnostic() ->
     assert h.guard.state("p") == GuardState.initial()
     assert h.guard.diagnostics() == {"duplicate_span": 1}
     assert h.diagnostic_counts() == {"duplicate_span": 1}
+    (record,) = h.logs()
+    batch, duplicate, _ = h.span_exporter.get_finished_spans()[::-1]  # the later-started call
+    assert record.log_record.span_id == duplicate.context.span_id
+    assert record.log_record.trace_id == batch.context.trace_id
+    assert record.log_record.trace_flags == batch.context.trace_flags
 
 
 def test_late_frames_are_recognised_for_the_most_recent_ended_batches_only() -> None:

@@ -11,14 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Harness, decisions_of
+from harness import OK, Harness, decisions_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 from otel_guard import BatchEvaluation
 from otel_guard.cli import main
-from otel_guard.guard.telemetry import DECISIONS_METRIC, TRANSITION_EVENT
+from otel_guard.guard.telemetry import (
+    DECISIONS_METRIC,
+    DIAGNOSTIC_EVENT,
+    OBSERVATIONS_METRIC,
+    TRANSITION_EVENT,
+)
 from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
 
 
@@ -156,7 +161,9 @@ def test_never_enforced_reminders_at_most_and_no_stop() -> None:
     assert [a.kind if a else None for a in actions] == [None, "reminder", None, None]
     modes = {a["mode"] for a, _ in agent.harness.points(DECISIONS_METRIC)}
     assert modes == {"warn"}
-    assert all(e.input_reliable and not e.has_external_input for e in agent.evaluations)
+    assert {
+        (e.input_reliable, e.has_external_input, e.has_queued_prompt) for e in agent.evaluations
+    } == {(True, False, False)}
 
 
 def test_a_tool_span_still_open_at_the_next_model_call_makes_its_batch_incomplete() -> None:
@@ -276,6 +283,7 @@ def test_a_genai_prompt_with_an_acp_prompt_child_is_handed_over_to_section_3() -
             context=set_span_in_context(outer),
             attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "acp-1"},
         )
+        assert harness.guard.state("conv-1") is None  # the GenAI reading stepped aside
         for _ in range(3):
             agent.turn(outer)  # the framework's own spans, below its own run span
         harness.failing_batches("acp-1", 1)
@@ -283,6 +291,122 @@ def test_a_genai_prompt_with_an_acp_prompt_child_is_handed_over_to_section_3() -
     assert [(e.prompt_id, e.profile) for e in agent.evaluations] == [("acp-1", "acp")]
     assert harness.guard.diagnostics() == {}
     assert harness.guard._genai_open == {}
+
+
+def test_a_genai_prompt_has_a_never_enforcing_state_from_its_start_to_its_end() -> None:
+    agent = Agent(mode="enforce")
+    guard = agent.harness.guard
+    with agent.prompt() as prompt:
+        state = guard.state("conv-1")
+        assert state is not None and state.phase == "idle" and state.enforcement_disabled
+        agent.turn(prompt)
+        agent.chat(prompt)
+        state = guard.state("conv-1")
+        assert state is not None and state.phase == "tracking" and state.enforcement_disabled
+    assert guard.state("conv-1") is None
+    assert guard.diagnostics() == {}
+
+
+def test_a_genai_prompt_reusing_an_id_with_state_starts_fresh_without_evicting_another() -> None:
+    agent = Agent(max_prompts=2)
+    harness = agent.harness
+    guard = harness.guard
+    harness.batch("conv-1", [OK])  # a section 3 prompt with the GenAI prompt's ID, idle
+    harness.batch("q", [OK])  # idle, more recently active
+    with agent.prompt():
+        assert guard.diagnostics() == {}
+        state = guard.state("conv-1")
+        assert state is not None and state.enforcement_disabled  # the GenAI prompt's own
+        harness.batch("r", [OK])  # the table is full: the least recently active idle one goes
+        assert guard.diagnostics() == {"evicted": 1}
+        assert guard.state("q") is None and guard.state("conv-1") is not None
+
+
+def test_a_genai_prompt_starting_at_capacity_evicts_the_least_recently_active_prompt() -> None:
+    agent = Agent(max_prompts=1)
+    harness = agent.harness
+    harness.failing_batches("p", 1)
+    with agent.prompt():
+        assert harness.guard.diagnostics() == {"evicted": 1}
+        assert harness.guard.state("p") is None
+    (record,) = harness.logs(DIAGNOSTIC_EVENT)
+    assert dict(record.log_record.attributes or {}) == {"diagnostic": "evicted", "prompt_id": "p"}
+
+
+def test_a_genai_prompt_whose_state_was_evicted_is_rebuilt_never_enforcing() -> None:
+    agent = Agent(mode="enforce", max_prompts=1)
+    harness = agent.harness
+    guard = harness.guard
+    with agent.prompt() as prompt:
+        harness.failing_batches("p", 1)  # evicts the GenAI prompt's state
+        agent.turn(prompt)
+        agent.chat(prompt)  # settles its batch: the state is rebuilt (evicting p)
+        state = guard.state("conv-1")
+        assert state is not None and state.phase == "tracking" and state.enforcement_disabled
+        harness.failing_batches("p", 1)  # p is rebuilt in turn, and the GenAI prompt evicted
+    assert [(e.prompt_id, e.profile, e.decision.kind) for e in agent.evaluations] == [
+        ("p", "acp", "tracked"),
+        ("conv-1", "genai", "tracked"),
+        ("p", "acp", "tracked"),
+    ]
+    assert guard.diagnostics() == {"evicted": 3}
+
+
+def test_genai_observations_are_counted_and_transitions_carry_the_settling_span() -> None:
+    agent = Agent()
+    with agent.prompt() as prompt:
+        agent.chat(prompt)
+        for _ in range(3):
+            agent.tool(prompt)
+        agent.tool(prompt, fail=False, tool="read_file")
+        agent.tool(prompt, extra={"mcp.method.name": "tools/call"})
+        settling = agent.tracer.start_span(
+            "chat model",
+            context=set_span_in_context(prompt),
+            attributes={"gen_ai.operation.name": "chat"},
+        )
+        settling.end()
+    points = sorted(
+        (a["execution_status"], a["tool_type"], v)
+        for a, v in agent.harness.points(OBSERVATIONS_METRIC)
+    )
+    assert points == [("error", "mcp", 1), ("error", "native", 3), ("success", "native", 1)]
+    (record,) = agent.harness.logs(TRANSITION_EVENT)
+    assert record.log_record.span_id == settling.get_span_context().span_id
+    assert record.log_record.trace_id == settling.get_span_context().trace_id
+
+
+def test_a_genai_prompt_sharing_its_id_with_an_opted_out_prompt_is_not_evaluated() -> None:
+    agent = Agent()
+    harness = agent.harness
+    with agent.prompt() as prompt:
+        harness.batch("conv-1", [OK], batch_attributes={"acp.prompt.route": "cron"})
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)
+    assert agent.evaluations == []
+    assert harness.points() == [] and harness.logs() == []
+
+
+def test_mode_off_reads_no_genai_prompt() -> None:
+    agent = Agent(mode="off")
+    guard = agent.harness.guard
+    with agent.prompt() as prompt:
+        assert guard.state("conv-1") is None
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)
+    assert agent.evaluations == [] and guard.genai_coverage().prompts == 0
+    assert agent.harness.points() == [] and agent.harness.logs() == []
+
+
+def test_a_genai_prompt_starting_after_shutdown_is_not_read() -> None:
+    agent = Agent()
+    guard = agent.harness.guard
+    guard.shutdown()
+    with agent.prompt() as prompt:
+        agent.turn(prompt)
+    assert agent.evaluations == [] and guard.genai_coverage().prompts == 0
 
 
 def test_spans_outside_any_genai_prompt_leave_no_state() -> None:
@@ -472,3 +596,13 @@ def test_concurrent_prompts_on_many_threads_each_get_their_own_decisions() -> No
     assert by_prompt == {f"conv-{i}": ["tracked", "would_warn", "would_stop"] for i in range(8)}
     assert agent.harness.guard.diagnostics() == {}
     assert agent.harness.guard._genai_open == {}
+
+
+def test_an_opted_out_prompt_span_stays_off_when_a_genai_prompt_shares_its_id() -> None:
+    agent = Agent(max_prompts=1)
+    harness = agent.harness
+    harness.start_prompt("conv-1", route="cron")  # opted out, and open throughout
+    with agent.prompt():  # a GenAI prompt with the same ID, whose state is evicted
+        harness.failing_batches("q", 1)
+    harness.failing_batches("conv-1", 1)  # rebuilt from the open prompt span: still off
+    assert harness.decision_counts() == {"tracked": 1}  # the batch of q only

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from harness import FAIL, OK, Call, Harness, decisions_of
+from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.trace import set_span_in_context
 
 from otel_guard import BatchEvaluation, GuardAction, GuardSpanProcessor
@@ -343,6 +345,7 @@ def test_span_with_prompt_id_but_no_admitted_count_is_not_a_batch() -> None:
     span.end()
     assert seen == []
     assert h.points() == []
+    assert h.guard.diagnostics() == {}
 
 
 def test_tool_call_without_call_id_makes_the_batch_incomplete() -> None:
@@ -507,6 +510,34 @@ def test_missing_mode_is_shadow_without_diagnostic(monkeypatch: pytest.MonkeyPat
     h = Harness(mode=None)
     assert h.guard.mode == "shadow"
     assert h.diagnostic_counts() == {}
+
+
+class ThreadRecorder(LogRecordProcessor):
+    """Notes the thread each guard record is emitted on."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+        self.emitted = threading.Event()
+
+    def on_emit(self, log_record: Any) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.emitted.set()
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_by_default_guard_records_are_emitted_off_the_agents_thread() -> None:
+    recorder = ThreadRecorder()
+    h = Harness(mode="shadow")  # background telemetry is the default
+    h.logger_provider.add_log_record_processor(recorder)
+    h.batch("p", [FAIL] * 4)  # a transition, handed to the worker
+    assert recorder.emitted.wait(5.0)
+    assert recorder.threads == ["otel_guard telemetry"]
+    h.guard.shutdown()
 
 
 def test_invalid_bounds_are_rejected_at_construction() -> None:

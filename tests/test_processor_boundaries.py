@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import set_span_in_context
 
 from otel_guard import BatchEvaluation, GuardSpanProcessor
+from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT
 
 # -- construction ---------------------------------------------------------------------------------
 
@@ -24,6 +25,7 @@ from otel_guard import BatchEvaluation, GuardSpanProcessor
         ({"prompt_ttl_seconds": 0}, "prompt_ttl_seconds must be positive"),
         ({"prompt_ttl_seconds": -1.0}, "prompt_ttl_seconds must be positive"),
         ({"max_calls_per_batch": 0}, "max_calls_per_batch must be at least 1"),
+        ({"max_call_bytes": 0}, "max_call_bytes must be at least 1"),
     ],
 )
 def test_invalid_bounds_are_rejected_with_a_message_naming_them(
@@ -35,7 +37,7 @@ def test_invalid_bounds_are_rejected_with_a_message_naming_them(
 
 
 def test_smallest_valid_bounds_are_accepted() -> None:
-    h = Harness(max_prompts=1, prompt_ttl_seconds=0.5, max_calls_per_batch=1)
+    h = Harness(max_prompts=1, prompt_ttl_seconds=0.5, max_calls_per_batch=1, max_call_bytes=1)
     h.batch("p", [FAIL])
     assert h.guard.state("p") is not None
 
@@ -57,6 +59,18 @@ def test_open_spans_beyond_four_per_prompt_plus_one_batch_of_calls_are_evicted()
     assert h.guard.diagnostics() == {"evicted": 1}
     (record,) = h.logs()
     assert (record.log_record.attributes or {})["prompt_id"] == "p0"
+
+
+def test_a_batch_span_ending_after_it_was_evicted_is_not_evaluated() -> None:
+    seen: list[BatchEvaluation] = []
+    h = Harness(max_prompts=1, max_calls_per_batch=1, listener=seen.append)  # 5 open spans
+    first = h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": "p0"})
+    for i in range(5):
+        open_batch(h, f"p{i + 1}")  # the first is evicted
+    first.set_attributes({"acp.batch.admitted": 0, "acp.input.reliable": True})
+    first.end()
+    assert h.guard.diagnostics() == {"evicted": 1}
+    assert seen == [] and h.guard.state("p0") is None
 
 
 def test_prompt_spans_evict_the_oldest_open_batch_span_too() -> None:
@@ -90,6 +104,15 @@ def test_prompt_span_ending_after_its_prompt_was_evicted_is_quiet() -> None:
     assert h.guard.diagnostics() == {"evicted": 1}
     assert h.guard.state("a") is None
     assert h.guard.state("b") is not None
+
+
+def test_an_ended_prompt_is_never_chosen_for_eviction() -> None:
+    h = Harness(max_prompts=1)
+    h.start_prompt("a").end()  # idle when it ends
+    h.batch("p", [FAIL] * 4)
+    h.batch("q", [FAIL] * 4)  # the table is full: p goes, the only prompt with a state
+    assert h.guard.diagnostics() == {"evicted": 1}
+    assert h.guard.state("p") is None and h.guard.state("q") is not None
 
 
 def test_prompt_expires_once_inactive_for_exactly_the_ttl() -> None:
@@ -244,6 +267,45 @@ def test_spans_without_attributes_or_context_are_ignored_quietly() -> None:
     guard = GuardSpanProcessor(mode="shadow")
     guard.on_end(ReadableSpan(name="batch", context=None, attributes={"acp.prompt.id": "p"}))
     assert guard.diagnostics() == {}
+
+
+def test_a_repeated_call_without_a_span_context_is_reported_without_a_span_id() -> None:
+    spans, _ = live_run()
+    batch = next(s for s in spans if s.name == "tool_batch")
+    call = recorded(next(s for s in spans if s.parent == batch.context))
+    h = Harness(mode="shadow")
+    guard = h.guard
+    guard.on_start(recorded(batch))  # type: ignore[arg-type]
+    for _ in range(2):  # the same call twice, as recorded data without its span context
+        call._context = None
+        guard.on_end(call)
+    guard.on_end(recorded(batch))
+    assert guard.diagnostics() == {"duplicate_span": 1}
+    (record,) = h.logs()
+    assert record.log_record.trace_id == batch.context.trace_id
+    assert not record.log_record.span_id
+
+
+def test_a_late_call_offering_only_the_public_interface_is_reported_with_its_span() -> None:
+    spans, _ = live_run()
+    by_id = {s.context.span_id: s for s in spans}
+    (late,) = [
+        s
+        for s in spans
+        if s.parent
+        and s.parent.span_id in by_id
+        and (s.end_time or 0) > (by_id[s.parent.span_id].end_time or 0)
+    ]  # a call that ended after its batch span
+    h = Harness(mode="shadow")
+    events = [(s.start_time, 0, i) for i, s in enumerate(spans)]
+    events += [(s.end_time, 1, i) for i, s in enumerate(spans)]
+    for _, ending, i in sorted(events):
+        span = PublicOnlySpan(spans[i])
+        (h.guard.on_end if ending else h.guard.on_start)(span)  # type: ignore[operator]
+    assert h.guard.diagnostics() == {"late_span": 1}
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert record.log_record.span_id == late.context.span_id
+    assert h.guard.genai_coverage().orphan_tool_calls == 0  # section 3 calls, late or not
 
 
 # -- failures are counted, never raised -----------------------------------------------------------

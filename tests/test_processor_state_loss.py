@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from opentelemetry.trace import Span
 
 from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT, OBSERVATIONS_METRIC, TRANSITION_EVENT
+from otel_guard.reducer import GuardState
 
 EXAMPLES = int(os.environ.get("OTEL_GUARD_STATEFUL_EXAMPLES", "1000"))
 PROMPT_IDS = ("a", "b", "c", "d", "e")
@@ -414,6 +415,17 @@ def test_a_collision_withdraws_a_pending_stop() -> None:
     h.batch("p", [FAIL] * 4, parent=first)  # a stop is pending for the first host
     h.start_prompt("p")
     assert h.guard.take_action("p") is None
+    assert h.guard.diagnostics() == {"prompt_collision": 1}
+
+
+def test_a_batch_without_a_prompt_span_after_a_fresh_prompt_span_ended_is_a_new_prompt() -> None:
+    h = Harness(mode="enforce", max_prompts=1)
+    h.batch("p", [FAIL] * 4)
+    h.batch("q", [FAIL] * 4)  # p dropped
+    h.start_prompt("p").end()  # a new prompt with that ID, which ends: nothing of p is left
+    h.batch("p", [FAIL] * 4)
+    state = h.guard.state("p")
+    assert state is not None and not state.enforcement_disabled
 
 
 def test_a_collision_with_an_opted_out_span_turns_the_id_off() -> None:
@@ -511,3 +523,157 @@ def test_call_data_over_the_byte_budget_is_shed_by_the_longest_holder() -> None:
         "diagnostic": "batch_overflow",
         "prompt_id": "stuck",
     }
+
+
+def _calls(prefix: str, count: int) -> list[Call]:
+    # Each counts as 400 bytes plus its call ID (2), tool name (9) and error type (12): 423.
+    return [Call(call_id=f"{prefix}{i}") for i in range(count)]
+
+
+def test_call_data_of_exactly_the_byte_budget_is_kept_and_one_byte_less_is_shed() -> None:
+    # 423 bytes, and 402 for a call with neither a tool name nor an error type.
+    calls = [Call(call_id="a0"), Call(call_id="a1", tool=None, error_type=None)]
+    for budget, complete, diagnostics in ((825, True, {}), (824, False, {"batch_overflow": 1})):
+        seen: list[Any] = []
+        h = Harness(mode="shadow", max_call_bytes=budget, listener=seen.append)
+        h.batch("p", calls)
+        assert seen[-1].batch.complete is complete
+        assert h.guard.diagnostics() == diagnostics
+
+
+def test_a_batch_that_gave_up_its_call_data_stays_incomplete_and_frees_exactly_its_bytes() -> None:
+    from opentelemetry.trace import set_span_in_context
+
+    seen: list[Any] = []
+    h = Harness(mode="shadow", max_call_bytes=846, listener=seen.append)  # two calls
+    stuck = h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": "stuck"})
+    h.tool_span(Call(call_id="s0"), set_span_in_context(stuck)).end()
+    h.batch("live", _calls("a", 2))  # the second call is over the budget: the stuck one sheds
+    assert h.guard.diagnostics() == {"batch_overflow": 1}
+    assert seen[-1].batch.complete is True
+    h.tool_span(Call(call_id="s1"), set_span_in_context(stuck)).end()  # not kept any more
+    stuck.set_attributes({"acp.batch.admitted": 1, "acp.input.reliable": True})
+    stuck.end()
+    assert seen[-1].prompt_id == "stuck" and seen[-1].batch.complete is False
+    assert seen[-1].batch.observations == ()
+    # With every batch ended the whole budget is free again, and no more than that.
+    h.batch("live", _calls("b", 2))
+    assert seen[-1].batch.complete is True
+    h.batch("live", _calls("c", 3))
+    assert seen[-1].batch.complete is False
+    assert h.guard.diagnostics() == {"batch_overflow": 2}
+
+
+def open_batch(h: Harness, prompt_id: str) -> None:
+    h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": prompt_id})  # never ends
+
+
+def test_a_prompt_span_pushed_out_of_the_span_table_keeps_its_dropped_state_from_enforcing() -> (
+    None
+):
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
+    h.start_prompt("a")
+    h.batch("b", [FAIL])  # evicts the state of "a" while its prompt span is open
+    for i in range(5):
+        open_batch(h, f"x{i}")  # pushes the prompt span of "a" out of the table
+    h.batch("a", [FAIL])
+    state = h.guard.state("a")
+    assert state is not None and state.phase == "tracking" and state.enforcement_disabled
+    h.start_prompt("a")  # nobody has "a" open any more: a fresh prompt, not a collision
+    assert "prompt_collision" not in h.guard.diagnostics()
+    assert h.guard.state("a") == GuardState.initial()
+
+
+def test_an_opted_out_prompt_span_pushed_out_of_the_span_table_stays_off() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)
+    h.start_prompt("a", route="cron")
+    h.batch("b", [FAIL])  # evicts the state of "a"
+    for i in range(5):
+        open_batch(h, f"x{i}")
+    h.batch("a", [FAIL])
+    assert h.decision_counts() == {"tracked": 1}  # the batch of "b" only
+
+
+def test_a_colliding_prompt_id_stays_open_while_one_of_its_spans_is_in_the_span_table() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
+    h.start_prompt("a")
+    h.start_prompt("a")  # a collision: two open spans
+    for i in range(4):
+        open_batch(h, f"x{i}")  # pushes the first span of "a" out
+    h.start_prompt("a")  # the second is still open: another collision
+    assert h.guard.diagnostics()["prompt_collision"] == 2
+
+
+def test_a_prompt_span_pushed_out_while_its_state_is_kept_is_not_remembered_as_dropped() -> None:
+    # Room for 9 open spans and 8 dropped prompt IDs.
+    h = Harness(mode="enforce", max_prompts=2, max_calls_per_batch=1)
+    h.start_prompt("a")
+    h.batch("a", [FAIL])  # tracking: eviction takes the idle prompts first
+    for i in range(9):
+        h.batch(f"d{i}", [OK])  # each evicts the one before: d0 to d7 are remembered
+    for i in range(9):
+        open_batch(h, f"x{i}")  # pushes the prompt span of "a" out; its state stays
+    assert h.guard.state("a") is not None
+    h.batch("d0", [FAIL])
+    state = h.guard.state("d0")
+    assert state is not None and state.enforcement_disabled  # still known as dropped
+
+
+def test_the_table_of_dropped_prompts_forgets_the_oldest_first() -> None:
+    h = Harness(mode="enforce", max_prompts=1)  # 4 dropped prompt IDs are remembered
+    for i in range(6):
+        h.batch(f"p{i}", [OK])  # each evicts the one before: p0 to p4 dropped, p0 forgotten
+    h.batch("p0", [FAIL])
+    state = h.guard.state("p0")
+    assert state is not None and not state.enforcement_disabled  # forgotten: a new prompt
+    h.batch("p2", [FAIL])  # p0 evicted p5 in turn, so p1 is forgotten too, but not p2
+    state = h.guard.state("p2")
+    assert state is not None and state.enforcement_disabled  # still known as dropped
+
+
+def test_an_opting_out_batch_that_finds_its_state_expired_names_no_prompt_and_stays_off() -> None:
+    now = [0.0]
+    h = Harness(mode="enforce", prompt_ttl_seconds=10.0, clock=lambda: now[0])
+    h.batch("p", [FAIL])
+    now[0] = 10.0
+    h.batch("p", [OK], batch_attributes={"acp.prompt.route": "cron"})
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert dict(record.log_record.attributes or {}) == {"diagnostic": "expired"}
+    state = h.guard.state("p")
+    assert state is not None and state.enforcement_disabled  # rebuilt from the dropped facts
+    h.batch("p", [FAIL] * 4)
+    assert h.decision_counts() == {"tracked": 1}  # the first batch only
+
+
+def test_a_prompt_opted_out_by_a_batch_stays_off_once_its_span_left_the_span_table() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
+    h.start_prompt("a")
+    h.batch("a", [OK], batch_attributes={"acp.prompt.route": "cron"})  # opts "a" out
+    h.batch("b", [FAIL])  # evicts the state of "a"
+    for i in range(5):
+        open_batch(h, f"x{i}")  # pushes the prompt span of "a" out
+    h.batch("a", [FAIL])
+    assert h.decision_counts() == {"tracked": 1}  # the batch of "b" only
+    named = {dict(r.log_record.attributes or {}).get("prompt_id") for r in h.logs()}
+    assert "a" not in named
+
+
+def test_an_id_whose_state_was_evicted_while_its_prompt_span_was_open_is_new_once_it_ended() -> (
+    None
+):
+    h = Harness(mode="enforce", max_prompts=1)
+    span = h.start_prompt("a")
+    h.batch("b", [FAIL] * 4)  # evicts the state of "a" while its span is open
+    span.end()  # the prompt ended: nothing of "a" is kept
+    h.batch("a", [FAIL] * 4)
+    state = h.guard.state("a")
+    assert state is not None and not state.enforcement_disabled
+
+
+def test_a_batch_that_ended_gives_back_exactly_its_bytes() -> None:
+    seen: list[Any] = []
+    h = Harness(mode="shadow", max_call_bytes=846, listener=seen.append)
+    h.batch("p", _calls("a", 1))  # 423 bytes, given back when it ends
+    h.batch("p", [Call(call_id="b0"), Call(call_id="b10")])  # 423 + 424: one byte over
+    assert [e.batch.complete for e in seen] == [True, False]
+    assert h.guard.diagnostics() == {"batch_overflow": 1}

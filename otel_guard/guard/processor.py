@@ -182,13 +182,11 @@ class _Life:
     lives is bounded by the table of open spans.
     """
 
-    __slots__ = ("collided", "guarded", "lost", "open")
+    __slots__ = ("guarded", "open")
 
     def __init__(self, guarded: bool) -> None:
-        self.open = 1
+        self.open = 1  # its prompt spans open now (more than one after a collision)
         self.guarded = guarded
-        self.lost = False  # its state was dropped while a span was open
-        self.collided = False  # two of its prompt spans were open at once
 
 
 class _PromptSpan:
@@ -374,7 +372,6 @@ class GuardSpanProcessor(SpanProcessor):
         self._call_bytes = 0
         self._ended_batches: OrderedDict[int, str] = OrderedDict()
         self._diagnostic_counts: Counter[str] = Counter()
-        self._shutdown = False
         self._inert = self._mode == "off"
         self._telemetry = GuardTelemetry(
             meter_provider,
@@ -506,27 +503,25 @@ class GuardSpanProcessor(SpanProcessor):
                 context = _sdk.context(span)
             except AttributeError:
                 context = span.context
-            if context is None or context[_SPAN_ID] not in self._tracked:
+            if context is None:
                 return
+            # Most spans here are tracked: _end_tracked's look-up under the lock is the only one.
             self._end_tracked(span, context)
         except Exception:
             self._internal_error()
 
     def shutdown(self) -> None:
-        """Stop observing and drop all state. Idempotent."""
+        """Stop observing and drop all state. Idempotent: once inert, nothing fills the tables
+        again, and closing the telemetry twice is harmless."""
         try:
             with self._lock:
-                if self._shutdown:
-                    return
-                self._shutdown = True
                 self._inert = True
                 self._prompts.clear()
                 self._idle.clear()
                 self._lives.clear()
                 self._dropped.clear()
                 self._tracked.clear()
-                self._holding.clear()
-                self._call_bytes = 0
+                self._holding.clear()  # the byte count is not read again once inert
                 self._ended_batches.clear()
                 self._genai.clear()
             self._telemetry.close()
@@ -536,13 +531,10 @@ class GuardSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Hand every pending guard record and count to the logger and meter providers.
 
-        They go on through the providers' own pipelines: flush those to export them.
+        They go on through the providers' own pipelines: flush those to export them. The
+        telemetry's flush never raises (it counts a failed emission as ``telemetry_error``).
         """
-        try:
-            self._telemetry.flush()
-        except Exception:
-            _logger.debug("otel_guard: flush failed", exc_info=False)
-            return False
+        self._telemetry.flush()
         return True
 
     # -- span handling (hot path ends above) ---------------------------------------------------
@@ -557,8 +549,7 @@ class GuardSpanProcessor(SpanProcessor):
                 # A new prompt span starts a fresh prompt: nothing of an earlier one carries over.
                 self._lives[prompt_id] = _Life(guarded)
                 self._dropped.pop(prompt_id, None)
-                if self._prompts.pop(prompt_id, None) is not None:
-                    self._idle.pop(prompt_id, None)
+                self._discard(prompt_id)
                 self._admit_prompt(prompt_id, _Prompt(guarded, now), now, out)
             else:
                 self._collide(prompt_id, life, guarded, span.context, out)
@@ -575,7 +566,6 @@ class GuardSpanProcessor(SpanProcessor):
     ) -> None:
         """A second prompt span opened with an ID that is already open."""
         life.open += 1
-        life.collided = True
         life.guarded = life.guarded and guarded
         prompt = self._prompts.get(prompt_id)
         if prompt is not None:
@@ -621,11 +611,11 @@ class GuardSpanProcessor(SpanProcessor):
         if life.open > 0:
             return
         del self._lives[prompt_id]
-        prompt = self._prompts.get(prompt_id)
-        if prompt is None:
+        # A state kept after a collision or a loss already has enforcement disabled: a collision
+        # disables it, a state rebuilt while the span was open starts disabled, and nothing
+        # clears the flag. Only a dropped state needs its facts kept.
+        if prompt_id not in self._prompts:
             self._remember(prompt_id, life.guarded)
-        elif life.collided or life.lost:
-            prompt.state = prompt.state._replace(enforcement_disabled=True)
 
     def _end_prompt_span(self, prompt_id: str) -> None:
         life = self._lives.get(prompt_id)
@@ -634,8 +624,7 @@ class GuardSpanProcessor(SpanProcessor):
             if life.open > 0:
                 return  # a colliding span is still open: the state stays
             del self._lives[prompt_id]
-        if self._prompts.pop(prompt_id, None) is not None:
-            self._idle.pop(prompt_id, None)
+        self._discard(prompt_id)
 
     def _end_tracked(self, span: ReadableSpan, context: SpanContext) -> None:
         out: list[_Emission] = []
@@ -768,16 +757,17 @@ class GuardSpanProcessor(SpanProcessor):
             _, victim = holding.popitem(last=False)
             victim.overflow = True  # it can no longer prove completeness
             self._call_bytes -= victim.bytes
+            # Its bytes are not read again: an overflowed batch never keeps another call, and
+            # _release skips a batch without calls.
             victim.calls = []
-            victim.bytes = 0
             out.append(("diagnostic", "batch_overflow", victim.prompt_id, None))
 
     def _release(self, batch: _OpenBatch) -> None:
+        """Give back the byte budget of a batch that ended or was evicted: nothing reads it
+        again. A batch holding calls is always in ``_holding`` (until it is shed of them)."""
         if batch.calls:
-            self._holding.pop(batch.span_id, None)
+            del self._holding[batch.span_id]
             self._call_bytes -= batch.bytes
-            batch.calls = []
-            batch.bytes = 0
 
     def _observations(
         self, batch: _OpenBatch, context: SpanContext, out: list[_Emission]
@@ -801,9 +791,8 @@ class GuardSpanProcessor(SpanProcessor):
                     well_formed = False  # a call without an ID cannot prove completeness
                     continue
                 if call_id in call_ids:
-                    frame = SpanContext(
-                        context.trace_id, record[9], False, context.trace_flags, context.trace_state
-                    )
+                    # The record carries the trace ID, span ID and flags; not the trace state.
+                    frame = SpanContext(context.trace_id, record[9], False, context.trace_flags)
                     out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
                     continue
                 call_ids.add(call_id)
@@ -999,12 +988,11 @@ class GuardSpanProcessor(SpanProcessor):
             self._notify(evaluation)
 
     def _genai_shield(self, span: Span) -> None:
-        out: list[_Emission] = []
         with self._lock:
+            # shield() reports only the end of a GenAI prompt that section 3 spans take over,
+            # which emits nothing.
             for event in self._genai.shield(span):
-                self._apply_genai(event, out, [])
-        if out:
-            self._flush(out)
+                self._discard(event.prompt_id)
 
     def _apply_genai(
         self, event: ProfileEvent, out: list[_Emission], evaluations: list[BatchEvaluation]
@@ -1014,12 +1002,10 @@ class GuardSpanProcessor(SpanProcessor):
         if type(event) is ProfileDiagnostic:
             out.append(("diagnostic", event.name, event.prompt_id, event.span_context))
         elif type(event) is PromptEnded:
-            if self._prompts.pop(event.prompt_id, None) is not None:
-                self._idle.pop(event.prompt_id, None)
+            self._discard(event.prompt_id)
         elif type(event) is PromptStarted:
             now = self._clock()
-            if self._prompts.pop(event.prompt_id, None) is not None:
-                self._idle.pop(event.prompt_id, None)  # a new prompt span: a fresh prompt
+            self._discard(event.prompt_id)  # a new prompt span: a fresh prompt
             self._admit_prompt(event.prompt_id, _Prompt(True, now, rebuilt=True), now, out)
         elif type(event) is BatchSettled:
             now = self._clock()
@@ -1049,6 +1035,11 @@ class GuardSpanProcessor(SpanProcessor):
                     out.append(("transition", transition))
                 if evaluation is not None:
                     evaluations.append(evaluation)
+
+    def _discard(self, prompt_id: str) -> None:
+        """Forget a prompt's state without a trace: its prompt span ended, or a new one starts."""
+        if self._prompts.pop(prompt_id, None) is not None:
+            self._idle.pop(prompt_id, None)
 
     def _admit_prompt(
         self, prompt_id: str, prompt: _Prompt, now: float, out: list[_Emission]
@@ -1081,7 +1072,6 @@ class GuardSpanProcessor(SpanProcessor):
         life = self._lives.get(prompt_id)
         guarded = prompt.guarded
         if life is not None:
-            life.lost = True
             life.guarded = life.guarded and guarded
         else:
             self._remember(prompt_id, guarded)
@@ -1108,7 +1098,7 @@ class GuardSpanProcessor(SpanProcessor):
                 telemetry.diagnostic(name, prompt_id, span_context)
             elif item[0] == "observations":
                 telemetry.observations(item[1])
-            else:
+            elif item[0] == "transition":
                 telemetry.transition(item[1])
 
     def _count(self, name: Diagnostic) -> None:
