@@ -606,3 +606,20 @@ def test_an_opted_out_prompt_span_stays_off_when_a_genai_prompt_shares_its_id() 
         harness.failing_batches("q", 1)
     harness.failing_batches("conv-1", 1)  # rebuilt from the open prompt span: still off
     assert harness.decision_counts() == {"tracked": 1}  # the batch of q only
+
+
+def test_a_genai_prompt_active_within_the_ttl_keeps_its_state_when_another_prompt_starts() -> None:
+    now = [0.0]
+    agent = Agent(clock=lambda: now[0], prompt_ttl_seconds=100)
+    with agent.prompt("conv-1") as first:
+        for _ in range(3):
+            agent.turn(first)
+        now[0] = 60.0
+        agent.chat(first)  # settles a batch at 60: the prompt was active then
+        now[0] = 150.0  # 90 s after that batch, 150 s after the prompt started
+        with agent.prompt("conv-2") as second:
+            agent.chat(second)
+    guard = agent.harness.guard
+    assert "internal_error" not in guard.diagnostics()
+    assert "expired" not in guard.diagnostics()
+    assert [e.decision.kind for e in agent.evaluations] == ["tracked", "would_warn", "would_stop"]
