@@ -486,3 +486,26 @@ def test_an_attribute_or_value_that_is_not_an_object_is_described(
     with pytest.raises(ValueError) as error:
         parse_request(_span_line(attributes=[entry], **extra))
     assert str(error.value) == f"{SPAN_PATH}.attributes{message}"
+
+
+@pytest.mark.parametrize("field", ["startTimeUnixNano", "endTimeUnixNano"])
+def test_a_time_of_more_than_20_digits_is_refused_even_when_its_value_is_small(field: str) -> None:
+    # 21 digits with leading zeros: a small number, but not a uint64 as OTLP/JSON writes one.
+    with pytest.raises(ValueError) as error:
+        parse_request(_span_line(**{field: "0" * 20 + "5"}))
+    assert str(error.value) == f"{SPAN_PATH}.{field}: {UNSIGNED}"
+
+
+def test_a_parent_id_seen_in_another_trace_gets_the_trace_of_the_span_that_names_it() -> None:
+    # The second trace's ID has the parent's number: a context cached for the first trace must
+    # not be reused for it.
+    parent = "00000000000000ab"
+    first = {"traceId": "1" * 32, "spanId": "2" * 16, "parentSpanId": parent}
+    second = {"traceId": "0" * 16 + parent, "spanId": "3" * 16, "parentSpanId": parent}
+    spans = [{**span, "startTimeUnixNano": "5", "endTimeUnixNano": "6"} for span in (first, second)]
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+    read = parse_request(line)
+    assert [(s.parent.trace_id, s.parent.span_id) for s in read if s.parent] == [
+        (int("1" * 32, 16), 0xAB),
+        (0xAB, 0xAB),
+    ]
