@@ -540,6 +540,16 @@ def test_by_default_guard_records_are_emitted_off_the_agents_thread() -> None:
     h.guard.shutdown()
 
 
+def test_without_background_telemetry_guard_records_are_emitted_on_the_agents_thread() -> None:
+    recorder = ThreadRecorder()
+    h = Harness(mode="shadow", background_telemetry=False)
+    h.logger_provider.add_log_record_processor(recorder)
+    h.batch("p", [FAIL] * 4)  # a transition, emitted before span.end() returns
+    assert recorder.emitted.is_set()
+    assert recorder.threads == [threading.current_thread().name]
+    h.guard.shutdown()
+
+
 def test_invalid_bounds_are_rejected_at_construction() -> None:
     for kwargs in ({"max_prompts": 0}, {"prompt_ttl_seconds": 0}, {"max_calls_per_batch": 0}):
         with pytest.raises(ValueError):
