@@ -300,6 +300,8 @@ UNSIGNED = "expected an unsigned integer (number or decimal string)"
         ({"endTimeUnixNano": "x"}, f".endTimeUnixNano: {UNSIGNED}"),
         ({"endTimeUnixNano": "1" * 21}, f".endTimeUnixNano: {UNSIGNED}"),
         ({"kind": []}, ".kind: expected an integer"),
+        ({"kind": True}, ".kind: expected an integer"),
+        ({"status": {"code": False}}, ".status.code: expected an integer"),
         ({"flags": "x"}, f".flags: {UNSIGNED}"),
         ({"status": []}, ".status: expected an object"),
         ({"status": {"code": []}}, ".status.code: expected an integer"),
