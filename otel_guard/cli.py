@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from otel_guard.reducer import BATCH_THRESHOLD, THRESHOLD, parse_mode
-from otel_guard.replay.otlp_json import MalformedInput, OtlpJsonReader
+from otel_guard.replay.reader import MalformedInput, TraceReader
 from otel_guard.replay.replayer import (
     DEFAULT_MAX_OPEN_TRACES,
     DEFAULT_MAX_TRACE_SPANS,
@@ -245,7 +245,7 @@ def _replay(args: argparse.Namespace) -> int:
 def _replay_files(
     mode: str, options: dict[str, Any], files: Sequence[str]
 ) -> tuple[dict[str, Any], str | None, bool]:
-    reader = OtlpJsonReader(files)
+    reader = TraceReader(files)
     replayer = Replayer(mode, **options)
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
     error: str | None = None

@@ -23,15 +23,14 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_contex
 
 from otel_guard.replay import otlp_json
 from otel_guard.replay.otlp_json import (
-    MalformedInput,
-    OtlpJsonReader,
     OtlpJsonSpanExporter,
     _common_span,
-    _Shape,
     _span,
     encode_request,
     parse_request,
 )
+from otel_guard.replay.reader import MalformedInput, TraceReader
+from otel_guard.replay.recorded import CACHE_LIMIT, Interner, Shape
 
 _KIND_NAMES = [f"SPAN_KIND_{name}" for name in ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT")]
 _KIND_NAMES += ["SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER"]
@@ -179,7 +178,7 @@ def test_lines_of_other_signals_are_skipped_counted_and_later_spans_still_read(
         + "\n",
         encoding="utf-8",
     )
-    reader = OtlpJsonReader([str(path)])
+    reader = TraceReader([str(path)])
     assert [(item.line, len(item.spans)) for item in reader] == [(2, 3), (6, 3)]
     assert reader.skipped == {"logs": 2, "metrics": 1, "profiles": 1}
     assert reader.skipped_lines == 4
@@ -194,7 +193,7 @@ def test_exporter_writes_one_line_per_export(tmp_path: Path) -> None:
         exporter.export(spans[1:])
         exporter.export([])
         exporter.shutdown()
-    lines = [line.spans for line in OtlpJsonReader([str(path)])]
+    lines = [line.spans for line in TraceReader([str(path)])]
     assert [len(spans_of_line) for spans_of_line in lines] == [1, 2]
 
 
@@ -302,7 +301,7 @@ def test_gzip_is_recognised_by_content_and_lines_are_numbered_with_blanks(tmp_pa
     plain.write_text(f"\n{line}\n\n", encoding="utf-8")
     packed = tmp_path / "b.json"  # no .gz suffix: detected by its magic bytes
     packed.write_bytes(gzip.compress(f"{line}\n".encode()))
-    reader = OtlpJsonReader([str(plain), str(packed)])
+    reader = TraceReader([str(plain), str(packed)])
     read = [(Path(item.path).name, item.line, len(item.spans)) for item in reader]
     assert read == [("a.jsonl", 2, 3), ("b.json", 1, 3)]
     assert reader.bytes_read == reader.total_bytes == plain.stat().st_size + packed.stat().st_size
@@ -311,7 +310,7 @@ def test_gzip_is_recognised_by_content_and_lines_are_numbered_with_blanks(tmp_pa
 def test_bad_utf8_is_a_malformed_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b'{"resourceSpans": []}\n\xff\xfe\n')
-    reader = iter(OtlpJsonReader([str(path)]))
+    reader = iter(TraceReader([str(path)]))
     assert next(reader).spans == []
     with pytest.raises(MalformedInput) as error:
         next(reader)
@@ -668,7 +667,7 @@ def _read_both(bodies: list[Any]) -> tuple[list[Any], list[Any]]:
     for body in bodies:
         try:
             full.append(_span(body, _RESOURCE, _SCOPE))
-        except _Shape:
+        except Shape:
             full.append(None)
     return fast, full
 
@@ -832,13 +831,13 @@ def test_a_router_decides_each_trace_by_its_owner_or_its_first_prompt_key() -> N
         "s101",
     ]
     router = _Shard({1: False, 2: True})
-    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
+    (read,) = TraceReader(["-"], stdin=io.BytesIO(line), router=router)
     assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == expected
     assert router.decided == {3: True, 4: False, 5: False, 7: False, 8: True, 9: False}
     # A bare NaN: a line the fast decoder declines, read by the standard library's, routed alike.
     odd = line.replace(b'{"resourceSpans"', b'{"padding": NaN, "resourceSpans"', 1)
     router = _Shard({1: False, 2: True})
-    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(odd), router=router)
+    (read,) = TraceReader(["-"], stdin=io.BytesIO(odd), router=router)
     assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == expected
     assert router.decided == {3: True, 4: False, 5: False, 7: False, 8: True, 9: False}
 
@@ -886,10 +885,10 @@ def test_a_router_decides_each_trace_by_its_owner_or_its_first_prompt_key() -> N
 def test_a_line_a_router_cannot_read_is_described_as_without_one(line: dict[str, Any]) -> None:
     data = json.dumps(line).encode() + b"\n"
     with pytest.raises(MalformedInput) as plain:
-        list(OtlpJsonReader(["-"], stdin=io.BytesIO(data)))
+        list(TraceReader(["-"], stdin=io.BytesIO(data)))
     router = _Shard({1: False})
     with pytest.raises(MalformedInput) as routed:
-        list(OtlpJsonReader(["-"], stdin=io.BytesIO(data), router=router))
+        list(TraceReader(["-"], stdin=io.BytesIO(data), router=router))
     assert str(routed.value) == str(plain.value)
     assert router.decided == {}  # a line that did not decode whole decides nothing
 
@@ -985,7 +984,7 @@ def test_the_reader_names_the_source_it_reads_and_stops_where_told(tmp_path: Pat
     line = json.dumps(encode_request(produce()))
     first.write_text(f"{line}\n{line}\n", encoding="utf-8")
     second.write_text(f"{line}\n\n{line}\nnot json\n", encoding="utf-8")
-    reader = OtlpJsonReader([str(first), str(second)], stop=(1, 4))
+    reader = TraceReader([str(first), str(second)], stop=(1, 4))
     assert reader.source_index == 0
     read = [(reader.source_index, item.line, reader.bytes_read) for item in reader]
     size = first.stat().st_size
@@ -1000,15 +999,15 @@ def test_the_reader_names_the_source_it_reads_and_stops_where_told(tmp_path: Pat
 
 def test_the_reader_holds_its_sources_to_its_record_limit() -> None:
     line = json.dumps(encode_request(produce())).encode()
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(line + b"\n"), max_record_bytes=len(line) - 1)
+    reader = TraceReader(["-"], stdin=io.BytesIO(line + b"\n"), max_record_bytes=len(line) - 1)
     with pytest.raises(MalformedInput) as error:
         list(reader)
     assert str(error.value).startswith(f"-:1: line longer than {len(line) - 1:,} bytes")
 
 
 def test_equal_resources_and_scopes_are_shared_up_to_the_limit_then_afresh() -> None:
-    interner = otlp_json._Interner()
-    limit = otlp_json._CACHE_LIMIT
+    interner = Interner()
+    limit = CACHE_LIMIT
     resource = interner.resource({"n": 0}, "")
     scope = interner.scope("s0", None, None)
     for n in range(1, limit):
@@ -1017,7 +1016,7 @@ def test_equal_resources_and_scopes_are_shared_up_to_the_limit_then_afresh() -> 
     assert interner.resource({"n": 0}, "") is resource  # the table holds the limit
     assert interner.scope("s0", None, None) is scope
     assert interner.resource({"n": 0}, "https://schema") is not resource
-    interner = otlp_json._Interner()
+    interner = Interner()
     resource = interner.resource({"n": 0}, "")
     scope = interner.scope("s0", None, None)
     for n in range(1, limit + 1):  # one more than the table holds: it starts afresh
@@ -1041,7 +1040,7 @@ def test_a_well_formed_line_is_routed_by_either_decoder(padding: bytes) -> None:
         + json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()[1:]
     )
     router = _Shard({1: False})
-    (read,) = OtlpJsonReader(["-"], stdin=io.BytesIO(line), router=router)
+    (read,) = TraceReader(["-"], stdin=io.BytesIO(line), router=router)
     assert [s.name if isinstance(s, ReadableSpan) else s for s in read.spans] == [1, 3, None, "s41"]
     assert router.decided == {3: False, 4: True}
 

@@ -14,12 +14,8 @@ from pathlib import Path
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
-from otel_guard.replay.otlp_json import (
-    MalformedInput,
-    OtlpJsonReader,
-    encode_request,
-    parse_request,
-)
+from otel_guard.replay.otlp_json import encode_request, parse_request
+from otel_guard.replay.reader import MalformedInput, TraceReader
 
 
 def request_line(name: str) -> str:
@@ -39,7 +35,7 @@ def read_all(path: Path) -> tuple[list[tuple[int, str]], MalformedInput | None]:
     """The (line, span name) pairs read before the first error, and that error."""
     read: list[tuple[int, str]] = []
     try:
-        for item in OtlpJsonReader([str(path)]):
+        for item in TraceReader([str(path)]):
             read.extend((item.line, span.name) for span in item.spans)
     except MalformedInput as error:
         return read, error
@@ -106,7 +102,7 @@ def test_missing_file_is_named_without_a_line(tmp_path: Path) -> None:
     assert read == []
     assert error is not None and error.line is None
     assert str(error) == f"{path}: cannot read (No such file or directory)"
-    assert OtlpJsonReader([str(path)]).total_bytes == 0
+    assert TraceReader([str(path)]).total_bytes == 0
 
 
 def test_directory_is_an_unreadable_file(tmp_path: Path) -> None:
@@ -148,7 +144,7 @@ def test_bytes_read_reaches_the_total_only_at_the_end(tmp_path: Path) -> None:
     first, second = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
     first.write_text(f"{request_line('a')}\n{request_line('b')}\n")
     second.write_text(f"{request_line('c')}\n")
-    reader = OtlpJsonReader([str(first), str(second)])
+    reader = TraceReader([str(first), str(second)])
     total = first.stat().st_size + second.stat().st_size
     assert (reader.bytes_read, reader.total_bytes) == (0, total)
     progress = [reader.bytes_read for _ in reader]
@@ -178,7 +174,7 @@ def test_resource_and_scope_keep_their_schema_urls_and_version(tmp_path: Path) -
     other["resourceSpans"][0]["schemaUrl"] = ""
     other["resourceSpans"][0]["scopeSpans"][0]["scope"]["version"] = "2.0"
     path.write_text("\n".join(json.dumps(r) for r in (request, request, other)) + "\n")
-    spans = [span for item in OtlpJsonReader([str(path)]) for span in item.spans]
+    spans = [span for item in TraceReader([str(path)]) for span in item.spans]
     last = spans.pop()
     assert last.resource.schema_url == ""
     assert last.instrumentation_scope is not None

@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from otel_guard.replay.otlp_json import MalformedInput, OtlpJsonReader
+from otel_guard.replay.reader import MalformedInput, TraceReader
 
 SPAN_PATH = "resourceSpans[0].scopeSpans[0].spans[0]"
 TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
@@ -46,14 +46,14 @@ def request(**span_fields: Any) -> ExportTraceServiceRequest:
 
 
 def from_proto(message: ExportTraceServiceRequest) -> list[ReadableSpan]:
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(framed(message.SerializeToString())))
+    reader = TraceReader(["-"], stdin=io.BytesIO(framed(message.SerializeToString())))
     return [span for item in reader for span in item.spans]
 
 
 def proto_error(message: ExportTraceServiceRequest | bytes) -> str:
     data = message if isinstance(message, bytes) else message.SerializeToString()
     with pytest.raises(MalformedInput) as error:
-        list(OtlpJsonReader(["-"], stdin=io.BytesIO(framed(data))))
+        list(TraceReader(["-"], stdin=io.BytesIO(framed(data))))
     return str(error.value)
 
 
@@ -102,7 +102,7 @@ def as_json_line(message: ExportTraceServiceRequest) -> bytes:
 
 
 def from_json(message: ExportTraceServiceRequest) -> list[ReadableSpan]:
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(as_json_line(message)))
+    reader = TraceReader(["-"], stdin=io.BytesIO(as_json_line(message)))
     return [span for item in reader for span in item.spans]
 
 

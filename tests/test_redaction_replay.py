@@ -25,7 +25,8 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_co
 
 from otel_guard import RedactingSpanExporter
 from otel_guard.cli import main
-from otel_guard.replay.otlp_json import OtlpJsonReader, OtlpJsonSpanExporter, parse_request
+from otel_guard.replay.otlp_json import OtlpJsonSpanExporter, parse_request
+from otel_guard.replay.reader import TraceReader
 from otel_guard.replay.replayer import Replayer
 
 MODES = ("shadow", "warn", "enforce")
@@ -35,7 +36,7 @@ def redact_file(raw: Path, redacted: Path, key: bytes | None = None) -> None:
     """Redact every line of an OTLP/JSON file with the exporter, as an agent would export it."""
     with redacted.open("w", encoding="utf-8") as stream:
         exporter = RedactingSpanExporter(OtlpJsonSpanExporter(stream), pseudonym_key=key)
-        for line in OtlpJsonReader([str(raw)]):
+        for line in TraceReader([str(raw)]):
             exporter.export(line.spans)
         assert exporter.dropped_spans == 0
 

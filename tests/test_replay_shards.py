@@ -225,15 +225,15 @@ def test_traces_spread_over_lines_before_their_prompt_is_named_are_replayed_alik
 
 
 def test_a_shard_builds_only_the_spans_of_its_own_traces(prompts_file: Path) -> None:
-    from otel_guard.replay.otlp_json import OtlpJsonReader
+    from otel_guard.replay.reader import TraceReader
     from otel_guard.replay.replayer import Replayer
 
-    total = sum(len(line.spans) for line in OtlpJsonReader([str(prompts_file)]))
+    total = sum(len(line.spans) for line in TraceReader([str(prompts_file)]))
     built = []
     for index in (0, 1):
         replayer = Replayer("shadow", shard=(index, 2))
         count = 0
-        for line in OtlpJsonReader([str(prompts_file)], router=replayer):
+        for line in TraceReader([str(prompts_file)], router=replayer):
             count += sum(1 for span in line.spans if isinstance(span, ReadableSpan))
             replayer.add(line.spans)
         report = replayer.finish()

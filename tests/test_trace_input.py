@@ -26,7 +26,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from test_otlp_json import _ATTRIBUTE, RESOURCE, produce, summary
 
 from otel_guard.replay import trace_input
-from otel_guard.replay.otlp_json import MalformedInput, OtlpJsonReader, encode_request
+from otel_guard.replay.otlp_json import encode_request
+from otel_guard.replay.reader import MalformedInput, TraceReader
 from otel_guard.replay.trace_input import Record, Source
 
 zstd = trace_input._zstd_module()
@@ -90,7 +91,7 @@ def test_a_gzip_bomb_of_blank_lines_is_read_in_chunks_and_its_lines_still_counte
     blank = 50_000_000
     bomb = gzip.compress(b"\n" * blank + b"not json\n", compresslevel=9)
     assert len(bomb) < 100_000
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(bomb))
+    reader = TraceReader(["-"], stdin=io.BytesIO(bomb))
     with pytest.raises(MalformedInput) as error:
         list(reader)
     assert error.value.line == blank + 1
@@ -117,7 +118,7 @@ def test_the_default_limit_is_stated_in_mebibytes(tmp_path: Path) -> None:
         out.write(b'{"resourceSpans":[],"x":"')
         out.write(b"a" * (trace_input.DEFAULT_MAX_RECORD_BYTES + 1))
     with pytest.raises(MalformedInput) as error:
-        list(OtlpJsonReader([str(path)]))
+        list(TraceReader([str(path)]))
     assert str(error.value) == (
         f"{path}:1: line longer than 64 MiB, the limit of one record; input stopped here"
     )
@@ -138,7 +139,7 @@ def test_a_truncated_gzip_file_names_the_exact_line_and_keeps_every_line_before(
     data = _cut_after_flush(
         packer, lambda: packer.flush(zlib.Z_SYNC_FLUSH), head, line[: len(line) // 2]
     )
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(data))
+    reader = TraceReader(["-"], stdin=io.BytesIO(data))
     read: list[int] = []
     with pytest.raises(MalformedInput) as error:
         for item in reader:
@@ -151,7 +152,7 @@ def test_a_gzip_file_cut_inside_its_trailer_names_the_line_after_the_last(tmp_pa
     line = request_line()
     path = tmp_path / "cut.jsonl.gz"
     path.write_bytes(gzip.compress(line + b"\n" + line + b"\n")[:-4])
-    reader = OtlpJsonReader([str(path)])
+    reader = TraceReader([str(path)])
     read: list[int] = []
     with pytest.raises(MalformedInput) as error:
         for item in reader:
@@ -168,7 +169,7 @@ def test_zstd_files_are_recognised_by_content_and_read_as_plain_ones(tmp_path: P
     plain.write_bytes(b"\n" + line + b"\n")
     packed = tmp_path / "b.json"  # no .zst suffix: its magic bytes say what it is
     packed.write_bytes(zstd.compress(b"\n" + line + b"\n"))
-    reader = OtlpJsonReader([str(plain), str(packed)])
+    reader = TraceReader([str(plain), str(packed)])
     read = [(Path(item.path).name, item.line, [summary(s) for s in item.spans]) for item in reader]
     assert read[0][1:] == read[1][1:] == (2, [summary(s) for s in spans])
     assert reader.bytes_read == reader.total_bytes == plain.stat().st_size + packed.stat().st_size
@@ -184,7 +185,7 @@ def test_a_truncated_zstd_file_names_the_exact_line_and_keeps_every_line_before(
         line + b"\n\n\n" + line + b"\n",
         line[:100],
     )
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(data))
+    reader = TraceReader(["-"], stdin=io.BytesIO(data))
     read: list[int] = []
     with pytest.raises(MalformedInput) as error:
         for item in reader:
@@ -200,7 +201,7 @@ def test_without_the_zstd_extra_a_zstd_file_is_named_with_the_extra_to_install(
     path = tmp_path / "spans.jsonl.zst"
     path.write_bytes(trace_input.ZSTD_MAGIC + b"\x00" * 16)
     with pytest.raises(MalformedInput) as error:
-        list(OtlpJsonReader([str(path)]))
+        list(TraceReader([str(path)]))
     assert str(error.value) == f"{path}: zstd-compressed; install otel-guard[zstd] to read it"
 
 
@@ -221,7 +222,7 @@ def test_standard_input_is_read_once_without_seeking() -> None:
             return size
 
     data = gzip.compress(request_line() + b"\n")
-    reader = OtlpJsonReader(["-"], stdin=Pipe(data))  # type: ignore[arg-type]
+    reader = TraceReader(["-"], stdin=Pipe(data))  # type: ignore[arg-type]
     assert [(item.path, item.line, len(item.spans)) for item in reader] == [("-", 1, 3)]
     assert reader.total_bytes == 0  # unknown for a pipe: progress shows what was read
     assert reader.bytes_read == len(data)
@@ -233,7 +234,7 @@ def test_standard_input_is_read_once_without_seeking() -> None:
 def test_proto_frames_read_to_the_same_spans_as_json_lines() -> None:
     spans = produce()
     message = bytes(encode_spans(spans).SerializeToString())
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(framed(message, message)))
+    reader = TraceReader(["-"], stdin=io.BytesIO(framed(message, message)))
     read = [(item.line, [summary(s) for s in item.spans]) for item in reader]
     assert read == [(1, [summary(s) for s in spans]), (2, [summary(s) for s in spans])]
 
@@ -241,13 +242,13 @@ def test_proto_frames_read_to_the_same_spans_as_json_lines() -> None:
 def test_frames_of_logs_and_metrics_are_skipped_counted_and_later_spans_still_read() -> None:
     message = bytes(encode_spans(produce()).SerializeToString())
     data = framed(logs_request(), message, metrics_request(), logs_request(), message)
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(data))
+    reader = TraceReader(["-"], stdin=io.BytesIO(data))
     assert [(item.line, len(item.spans)) for item in reader] == [(2, 3), (5, 3)]
     assert reader.skipped == {"logs": 2, "metrics": 1}
 
 
 def test_json_in_frames_is_read_as_json() -> None:
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(framed(request_line())))
+    reader = TraceReader(["-"], stdin=io.BytesIO(framed(request_line())))
     assert [(item.line, len(item.spans)) for item in reader] == [(1, 3)]
 
 
@@ -256,14 +257,14 @@ def test_frames_compressed_one_by_one_are_read() -> None:
     # The file exporter's per-message compression: each frame's payload is a zstd frame.
     message = bytes(encode_spans(produce()).SerializeToString())
     data = framed(zstd.compress(message), zstd.compress(request_line()))
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(data))
+    reader = TraceReader(["-"], stdin=io.BytesIO(data))
     assert [(item.line, len(item.spans)) for item in reader] == [(1, 3), (2, 3)]
 
 
 @needs_zstd
 def test_a_zstd_file_of_proto_frames_is_read() -> None:
     message = bytes(encode_spans(produce()).SerializeToString())
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(zstd.compress(framed(message, message))))
+    reader = TraceReader(["-"], stdin=io.BytesIO(zstd.compress(framed(message, message))))
     assert [(item.line, len(item.spans)) for item in reader] == [(1, 3), (2, 3)]
 
 
@@ -282,7 +283,7 @@ def test_a_zstd_file_of_proto_frames_is_read() -> None:
 )
 def test_broken_frames_are_described_with_their_number(tail: bytes, message: str) -> None:
     good = bytes(encode_spans(produce()).SerializeToString())
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(framed(good) + tail))
+    reader = TraceReader(["-"], stdin=io.BytesIO(framed(good) + tail))
     read: list[int] = []
     with pytest.raises(MalformedInput) as error:
         for item in reader:
@@ -294,7 +295,7 @@ def test_broken_frames_are_described_with_their_number(tail: bytes, message: str
 def test_a_span_with_a_bad_id_in_a_frame_is_described_not_skipped() -> None:
     request = encode_spans(produce())
     request.resource_spans[0].scope_spans[0].spans[1].span_id = b"\x01\x02"
-    reader = OtlpJsonReader(["-"], stdin=io.BytesIO(framed(request.SerializeToString())))
+    reader = TraceReader(["-"], stdin=io.BytesIO(framed(request.SerializeToString())))
     with pytest.raises(MalformedInput) as error:
         list(reader)
     where = "resourceSpans[0].scopeSpans[0].spans[1]"
@@ -318,8 +319,8 @@ def test_any_span_reads_the_same_from_a_proto_frame_as_from_a_json_line(
     span.end()
     spans = exporter.get_finished_spans()
     message = bytes(encode_spans(spans).SerializeToString())
-    from_json = OtlpJsonReader(["-"], stdin=io.BytesIO(request_line_of(spans)))
-    from_proto = OtlpJsonReader(["-"], stdin=io.BytesIO(framed(message)))
+    from_json = TraceReader(["-"], stdin=io.BytesIO(request_line_of(spans)))
+    from_proto = TraceReader(["-"], stdin=io.BytesIO(framed(message)))
     assert [[summary(s) for s in i.spans] for i in from_proto] == [
         [summary(s) for s in i.spans] for i in from_json
     ]
@@ -366,9 +367,9 @@ def test_a_pipe_handing_over_a_few_bytes_at_a_time_reads_like_a_file(
 ) -> None:
     line = request_line()
     data = compress(b"\n" + line + b"\n\n" + line)
-    whole = OtlpJsonReader(["-"], stdin=io.BytesIO(data))
+    whole = TraceReader(["-"], stdin=io.BytesIO(data))
     expected = [(item.line, [summary(s) for s in item.spans]) for item in whole]
-    trickled = OtlpJsonReader(["-"], stdin=_Trickle(data, most))  # type: ignore[arg-type]
+    trickled = TraceReader(["-"], stdin=_Trickle(data, most))  # type: ignore[arg-type]
     assert [(item.line, [summary(s) for s in item.spans]) for item in trickled] == expected
     assert [line for line, _ in expected] == [2, 4]
     assert trickled.bytes_read == whole.bytes_read == len(data)
@@ -391,7 +392,7 @@ def test_standard_input_redirected_from_a_file_is_read_and_its_size_known(
     path.write_bytes(request_line() + b"\n")
     with path.open("rb") as stdin:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stdin))
-        reader = OtlpJsonReader(["-"])
+        reader = TraceReader(["-"])
         assert [(item.path, item.line, len(item.spans)) for item in reader] == [("-", 1, 3)]
     assert reader.total_bytes == reader.bytes_read == path.stat().st_size
 
@@ -405,7 +406,7 @@ def test_standard_input_from_a_pipe_is_read_with_no_known_size(
     os.close(write_end)
     with open(read_end, "rb") as stdin:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stdin))
-        reader = OtlpJsonReader(["-"])
+        reader = TraceReader(["-"])
         assert [(item.line, len(item.spans)) for item in reader] == [(1, 3)]
     assert (reader.total_bytes, reader.bytes_read) == (0, len(data))
 
@@ -425,7 +426,7 @@ def test_only_a_regular_file_on_standard_input_has_a_known_size(
 
 def test_without_standard_input_reading_it_is_described(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", None)  # as Python leaves it when there is none
-    reader = OtlpJsonReader(["-"])
+    reader = TraceReader(["-"])
     assert reader.total_bytes == 0
     with pytest.raises(MalformedInput) as error:
         list(reader)
@@ -457,7 +458,7 @@ def test_a_plain_stream_failing_midway_is_described_as_unreadable_at_its_line() 
         (ValueError("I/O operation on closed file."), "I/O operation on closed file."),
         (EOFError("no more"), "no more"),
     ]:
-        reader = OtlpJsonReader(["-"], stdin=Failing(head, error))  # type: ignore[arg-type]
+        reader = TraceReader(["-"], stdin=Failing(head, error))  # type: ignore[arg-type]
         read: list[int] = []
         with pytest.raises(MalformedInput) as raised:
             for item in reader:

@@ -3,12 +3,13 @@
 Each non-blank line is one ``ExportTraceServiceRequest`` in the OTLP/JSON encoding: trace and
 span IDs are hex strings (or, as the Collector's own JSON reader also accepts, the base64 of
 the generic protobuf JSON mapping), 64-bit integers may be strings or numbers, enum values are
-numbers or names (``"SPAN_KIND_SERVER"``, ``"STATUS_CODE_ERROR"``). :class:`OtlpJsonReader`
-streams such input (files or ``-``; plain, gzip or zstd; JSON lines or the length-prefixed
-frames of the exporter's ``proto`` format, see :mod:`otel_guard.replay.trace_input`) into
-:class:`~opentelemetry.sdk.trace.ReadableSpan` objects; :func:`encode_request` and
-:class:`OtlpJsonSpanExporter` write them. Requests of other signals (logs, metrics, profiles)
-in the same input are skipped and counted in :attr:`OtlpJsonReader.skipped`.
+numbers or names (``"SPAN_KIND_SERVER"``, ``"STATUS_CODE_ERROR"``). :func:`parse_json_request`
+reads one such request into :class:`~opentelemetry.sdk.trace.ReadableSpan` objects (the
+recorded-span model of :mod:`otel_guard.replay.recorded`);
+:class:`otel_guard.replay.reader.TraceReader`
+streams whole inputs through it. :func:`encode_request` and :class:`OtlpJsonSpanExporter` write
+them. Requests of other signals (logs, metrics, profiles) raise
+:class:`~otel_guard.replay.recorded.OtherSignal`, and the reader skips and counts them.
 
 Only what a trace replay needs is reconstructed: IDs, parent, name, kind, times, attributes,
 status, resource and scope; events and links must be arrays and are otherwise skipped. Any
@@ -24,9 +25,7 @@ import importlib
 import io
 import json
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, Any, Final, Protocol
 
 from opentelemetry.sdk.resources import Resource
@@ -43,35 +42,35 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
+from otel_guard.replay.recorded import (
+    KINDS,
+    OK_STATUS,
+    STATUS,
+    TRACE_FLAGS,
+    UNSET_STATUS,
+    Attributes,
+    Interner,
+    OtherSignal,
+    RecordedSpan,
+    Shape,
+    span_context,
+)
 from otel_guard.replay.trace_input import (
-    DEFAULT_MAX_RECORD_BYTES,
     MalformedInput,
-    Record,
-    Source,
-    source_size,
 )
 from otel_guard.spans import attributes as attr
 
 __all__ = [
     "MalformedInput",
-    "OtlpJsonReader",
     "OtlpJsonSpanExporter",
     "Router",
     "Skipped",
-    "SpanLine",
     "encode_request",
+    "parse_json_request",
     "parse_request",
 ]
 
 _HEX: Final = frozenset("0123456789abcdefABCDEF")
-_KINDS: Final = {
-    0: SpanKind.INTERNAL,  # SPAN_KIND_UNSPECIFIED
-    1: SpanKind.INTERNAL,
-    2: SpanKind.SERVER,
-    3: SpanKind.CLIENT,
-    4: SpanKind.PRODUCER,
-    5: SpanKind.CONSUMER,
-}
 _KIND_NUMBERS: Final = {
     SpanKind.INTERNAL: 1,
     SpanKind.SERVER: 2,
@@ -87,97 +86,10 @@ _KIND_NAMES: Final = {
     "SPAN_KIND_PRODUCER": 4,
     "SPAN_KIND_CONSUMER": 5,
 }
-_STATUS: Final = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
 _STATUS_NAMES: Final = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 _STATUS_NUMBERS: Final = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
-_UNSET_STATUS: Final = Status(StatusCode.UNSET)
-_OK_STATUS: Final = Status(StatusCode.OK)
-_TRACE_FLAGS: Final = tuple(TraceFlags(flags) for flags in range(256))
 _UINT64_LIMIT: Final = 1 << 64
-# Resources and scopes repeat on every line; sharing them keeps memory flat for long files.
-_CACHE_LIMIT: Final = 4096
-
-
-class _Attributes(dict[str, AttributeValue]):
-    """A decoded span's attributes: a plain dictionary that also answers ``_dict`` with itself.
-
-    The SDK's attribute store keeps its entries in ``_dict``; the guard's hot path reads that
-    first, and a plain dictionary would make it take a raised ``AttributeError`` per call.
-    """
-
-    __slots__ = ()
-
-    @property
-    def _dict(self) -> dict[str, AttributeValue]:
-        return self
-
-
-class _RecordedSpan(ReadableSpan):
-    """A finished span read from a file: a :class:`ReadableSpan` whose fields are set directly.
-
-    ``ReadableSpan.__init__`` takes keywords and defaults that replay has no use for, at a cost
-    that counts over hundreds of thousands of spans. Every field it sets is set here too, with
-    no events or links (a test compares the two).
-    """
-
-    def __init__(  # one argument per field, positional: cheaper to call
-        self,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        resource: Resource,
-        attributes: _Attributes,
-        kind: SpanKind,
-        status: Status,
-        start_time: int,
-        end_time: int,
-        scope: InstrumentationScope,
-    ) -> None:
-        # ReadableSpan.__init__ is deliberately not called: these are all the fields it sets.
-        self._name = name
-        self._context = context
-        self._kind = kind
-        self._instrumentation_info = None
-        self._instrumentation_scope = scope
-        self._parent = parent
-        self._start_time = start_time
-        self._end_time = end_time
-        self._attributes = attributes
-        self._events = ()
-        self._links = ()
-        self._resource = resource
-        self._status = status
-
-
 _new_tuple = tuple.__new__
-
-
-def _context(trace_id: int, span_id: int, flags: TraceFlags) -> SpanContext:
-    """A local span context for IDs already checked to be non-zero and in range.
-
-    ``SpanContext.__new__`` only re-checks that and fills in defaults; the tuple is the same.
-    """
-    return _new_tuple(SpanContext, (trace_id, span_id, False, flags, DEFAULT_TRACE_STATE, True))
-
-
-class _Shape(Exception):
-    """A shape error inside one line, with its path; the reader adds the file and line.
-
-    Paths are built only when an error is raised (callers prefix their part on the way out),
-    so a well-formed line costs no string formatting.
-    """
-
-    def __init__(self, message: str, path: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-
-    def within(self, prefix: str) -> _Shape:
-        self.path = prefix + self.path
-        return self
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -190,7 +102,7 @@ def _expect(value: object, kind: type, path: str) -> Any:
         return value
     if isinstance(value, kind) and not isinstance(value, bool):
         return value
-    raise _Shape(f"expected {_TYPE_NAMES.get(kind, kind.__name__)}", path)
+    raise Shape(f"expected {_TYPE_NAMES.get(kind, kind.__name__)}", path)
 
 
 def _base64_lengths(size: int) -> tuple[int, int]:
@@ -221,10 +133,10 @@ def _hex_id(value: object, length: int, path: str, *, optional: bool = False) ->
     number = None if type(value) is not str else _id_number(value, length // 2)
     if number is None:
         if type(value) is str and len(value) in _base64_lengths(length // 2):
-            raise _Shape(f"expected the base64 of {length // 2} bytes", path)
-        raise _Shape(f"expected {length} hex digits", path)
+            raise Shape(f"expected the base64 of {length // 2} bytes", path)
+        raise Shape(f"expected {length} hex digits", path)
     if number == 0 and not optional:
-        raise _Shape("an all-zero ID is invalid", path)
+        raise Shape("an all-zero ID is invalid", path)
     return number
 
 
@@ -232,7 +144,7 @@ def _enum(value: object, names: Mapping[str, int], path: str) -> int:
     if type(value) is str:
         number = names.get(value)
         if number is None:
-            raise _Shape(f"unknown name {value!r}", path)
+            raise Shape(f"unknown name {value!r}", path)
         return number
     return _expect(value, int, path)  # type: ignore[no-any-return]
 
@@ -243,9 +155,9 @@ def _uint64(value: object, path: str) -> int:
     elif isinstance(value, int) and not isinstance(value, bool):
         number = value
     else:
-        raise _Shape("expected an unsigned integer (number or decimal string)", path)
+        raise Shape("expected an unsigned integer (number or decimal string)", path)
     if not 0 <= number < 1 << 64:
-        raise _Shape("out of range", path)
+        raise Shape("out of range", path)
     return number
 
 
@@ -254,13 +166,13 @@ def _any_value(body: dict[str, Any]) -> AttributeValue | None:
     if not body:
         return None
     if len(body) != 1:
-        raise _Shape("expected exactly one value field")
+        raise Shape("expected exactly one value field")
     ((field, inner),) = body.items()
     if field == "stringValue":
         return _expect(inner, str, ".stringValue")  # type: ignore[no-any-return]
     if field == "boolValue":
         if type(inner) is not bool:
-            raise _Shape("expected a boolean", ".boolValue")
+            raise Shape("expected a boolean", ".boolValue")
         return inner
     if field == "intValue":
         if type(inner) is int:
@@ -270,13 +182,13 @@ def _any_value(body: dict[str, Any]) -> AttributeValue | None:
                 return int(inner, 10)
             except ValueError:
                 pass
-        raise _Shape("expected an integer (number or decimal string)", ".intValue")
+        raise Shape("expected an integer (number or decimal string)", ".intValue")
     if field == "doubleValue":
         if type(inner) in (int, float):
             return float(inner)
         if inner in ("NaN", "Infinity", "-Infinity"):
             return float(inner)  # Python reads the three JSON spellings itself
-        raise _Shape("expected a number", ".doubleValue")
+        raise Shape("expected a number", ".doubleValue")
     if field == "arrayValue":
         array = _expect(inner, dict, ".arrayValue")
         values = _expect(array.get("values", []), list, ".arrayValue.values")
@@ -284,7 +196,7 @@ def _any_value(body: dict[str, Any]) -> AttributeValue | None:
         for index, item in enumerate(values):
             try:
                 converted = _any_value(_expect(item, dict, ""))
-            except _Shape as error:
+            except Shape as error:
                 raise error.within(f".arrayValue.values[{index}]") from None
             if converted is not None:
                 kept.append(converted)
@@ -296,7 +208,7 @@ def _any_value(body: dict[str, Any]) -> AttributeValue | None:
         kvlist = _expect(inner, dict, ".kvlistValue")
         try:
             _attributes(kvlist.get("values", []))
-        except _Shape as error:
+        except Shape as error:
             raise error.within(".kvlistValue.values") from None
         return None  # a map is not a span attribute value; validated, then left out
     if field == "bytesValue":
@@ -304,9 +216,9 @@ def _any_value(body: dict[str, Any]) -> AttributeValue | None:
         try:
             base64.b64decode(text, validate=True)
         except (ValueError, TypeError):
-            raise _Shape("expected base64", ".bytesValue") from None
+            raise Shape("expected base64", ".bytesValue") from None
         return None  # bytes are not a span attribute value
-    raise _Shape(f"unknown value field {field!r}")
+    raise Shape(f"unknown value field {field!r}")
 
 
 def _scalar(body: dict[str, Any]) -> str | int | bool | None:
@@ -324,9 +236,9 @@ def _scalar(body: dict[str, Any]) -> str | int | bool | None:
     return None
 
 
-def _attributes(value: object) -> _Attributes:
+def _attributes(value: object) -> Attributes:
     entries = _expect(value, list, "")
-    result = _Attributes()
+    result = Attributes()
     for index, item in enumerate(entries):
         # The common case first: a string-keyed string or integer value, fully checked here.
         if type(item) is dict:
@@ -342,51 +254,13 @@ def _attributes(value: object) -> _Attributes:
             key = _expect(entry.get("key"), str, ".key")
             try:
                 converted = _any_value(_expect(entry.get("value", {}), dict, ""))
-            except _Shape as error:
+            except Shape as error:
                 raise error.within(".value") from None
-        except _Shape as error:
+        except Shape as error:
             raise error.within(f"[{index}]") from None
         if converted is not None:
             result[key] = converted
     return result
-
-
-def _hashable(attributes: Mapping[str, AttributeValue]) -> tuple[tuple[str, object], ...]:
-    return tuple(sorted(attributes.items()))
-
-
-class _Interner:
-    """Shares equal resources and scopes between lines, within a bounded table."""
-
-    def __init__(self) -> None:
-        self._resources: dict[tuple[tuple[str, object], ...], Resource] = {}
-        self._scopes: dict[tuple[str, str | None, str | None], InstrumentationScope] = {}
-
-    def resource(self, attributes: dict[str, AttributeValue], schema_url: str) -> Resource:
-        key = (*_hashable(attributes), ("", schema_url))
-        found = self._resources.get(key)
-        if found is None:
-            if len(self._resources) >= _CACHE_LIMIT:
-                self._resources.clear()
-            found = self._resources[key] = Resource(attributes, schema_url)
-        return found
-
-    def scope(self, name: str, version: str | None, schema_url: str | None) -> InstrumentationScope:
-        key = (name, version, schema_url)
-        found = self._scopes.get(key)
-        if found is None:
-            if len(self._scopes) >= _CACHE_LIMIT:
-                self._scopes.clear()
-            found = self._scopes[key] = InstrumentationScope(name, version, schema_url)
-        return found
-
-
-class _OtherSignal(Exception):
-    """A request of another signal ("logs", "metrics", "profiles"): skipped, not malformed."""
-
-    def __init__(self, signal: str) -> None:
-        super().__init__(signal)
-        self.signal = signal
 
 
 # The request keys of the other signals, as the OTLP/JSON encoding names them.
@@ -417,15 +291,15 @@ def _load(data: bytes) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise _Shape("not UTF-8 text") from None
+        raise Shape("not UTF-8 text") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise _Shape(f"invalid JSON ({error.msg} at column {error.colno})") from None
+        raise Shape(f"invalid JSON ({error.msg} at column {error.colno})") from None
     except RecursionError:
-        raise _Shape("invalid JSON (nested too deeply)") from None
+        raise Shape("invalid JSON (nested too deeply)") from None
     except ValueError:  # e.g. a number longer than Python converts
-        raise _Shape("invalid JSON (a value out of range)") from None
+        raise Shape("invalid JSON (a value out of range)") from None
 
 
 def parse_request(text: str | bytes) -> list[ReadableSpan]:
@@ -436,17 +310,17 @@ def parse_request(text: str | bytes) -> list[ReadableSpan]:
     """
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     try:
-        return _parse_request(data, _Interner())
-    except _Shape as error:
+        return parse_json_request(data, Interner())
+    except Shape as error:
         raise ValueError(str(error)) from None
-    except _OtherSignal as other:
+    except OtherSignal as other:
         raise ValueError(f"not a trace export request ({other.signal})") from None
 
 
-def _parse_request(data: bytes, interner: _Interner, router: Router | None = None) -> list[Any]:
+def parse_json_request(data: bytes, interner: Interner, router: Router | None = None) -> list[Any]:
     for prefix, signal in _OTHER_SIGNAL_PREFIXES:
         if data.startswith(prefix):  # skipped without decoding: log lines can be large
-            raise _OtherSignal(signal)
+            raise OtherSignal(signal)
     if _loads_fast is not None:
         # The fast decoder declines some lines (a bare NaN, deep nesting) and reads integers
         # beyond 64 bits as floats; a line it declines, or whose reading finds a fault, is read
@@ -454,18 +328,18 @@ def _parse_request(data: bytes, interner: _Interner, router: Router | None = Non
         # word the same errors.
         try:
             return _request(_loads_fast(data), interner, router)
-        except (ValueError, _Shape):
+        except (ValueError, Shape):
             pass
     return _request(_load(data), interner, router)
 
 
-def _request(document: Any, interner: _Interner, router: Router | None = None) -> list[Any]:
+def _request(document: Any, interner: Interner, router: Router | None = None) -> list[Any]:
     request = _expect(document, dict, "request")
     if "resourceSpans" not in request:
         for key, signal in _OTHER_SIGNALS.items():
             if key in request:
-                raise _OtherSignal(signal)
-        raise _Shape("not a trace export request (no resourceSpans)")
+                raise OtherSignal(signal)
+        raise Shape("not a trace export request (no resourceSpans)")
     if router is None:
         return _request_spans(request, interner, None)
     others, decided = _route(request, router)
@@ -476,7 +350,7 @@ def _request(document: Any, interner: _Interner, router: Router | None = None) -
 
 
 def _request_spans(
-    request: dict[str, Any], interner: _Interner, others: dict[str, int] | None
+    request: dict[str, Any], interner: Interner, others: dict[str, int] | None
 ) -> list[Any]:
     spans: list[Any] = []
     # IDs repeat within a line (every span of a trace, every child of a parent): each is read,
@@ -485,7 +359,7 @@ def _request_spans(
     for r, resource_spans in enumerate(_expect(request["resourceSpans"], list, "resourceSpans")):
         try:
             _resource_spans(resource_spans, interner, spans, contexts, others)
-        except _Shape as error:
+        except Shape as error:
             raise error.within(f"resourceSpans[{r}]") from None
     return spans
 
@@ -582,7 +456,7 @@ _Contexts = tuple[dict[str, int], dict[str, SpanContext]]
 
 def _resource_spans(
     value: object,
-    interner: _Interner,
+    interner: Interner,
     spans: list[Any],
     contexts: _Contexts,
     others: dict[str, int] | None,
@@ -591,7 +465,7 @@ def _resource_spans(
     resource_body = _expect(block.get("resource", {}), dict, ".resource")
     try:
         resource_attributes = _attributes(resource_body.get("attributes", []))
-    except _Shape as error:
+    except Shape as error:
         raise error.within(".resource.attributes") from None
     resource = interner.resource(
         resource_attributes, _expect(block.get("schemaUrl", ""), str, ".schemaUrl")
@@ -621,7 +495,7 @@ def _resource_spans(
                 # Anything uncommon, valid or not, is read (or described) by the full reader.
                 try:
                     read = _span(span, resource, scope)
-                except _Shape as error:
+                except Shape as error:
                     raise error.within(f"{prefix}.spans[{i}]") from None
             if type(span) is dict and "events" in span:
                 read._events = _exception_events(span["events"])
@@ -644,7 +518,7 @@ def _exception_events(events: list[Any]) -> tuple[Event, ...]:
             continue
         try:
             attributes = _attributes(event.get("attributes", _NO_ATTRIBUTES))
-        except _Shape:
+        except Shape:
             continue
         raised = attributes.get(_EXCEPTION_TYPE)
         time = event.get("timeUnixNano")
@@ -690,7 +564,7 @@ def _common_span(
     flags = get("flags", 1)
     if type(flags) is not int or not 0 <= flags < _UINT64_LIMIT:
         return None
-    trace_flags = _TRACE_FLAGS[flags & 0xFF]
+    trace_flags = TRACE_FLAGS[flags & 0xFF]
 
     if type(span_text) is not str:
         return None
@@ -701,7 +575,7 @@ def _common_span(
             return None
         context = by_span_id[span_text] = _new_tuple(
             SpanContext, (trace_id, span_id, False, trace_flags, DEFAULT_TRACE_STATE, True)
-        )  # _context, inlined: one call fewer per span
+        )  # span_context, inlined: one call fewer per span
 
     parent_text = get("parentSpanId")
     parent: SpanContext | None = None
@@ -731,13 +605,13 @@ def _common_span(
     kind_number = get("kind", 0)
     if type(kind_number) is not int:
         kind_number = _KIND_NAMES.get(kind_number, -1) if type(kind_number) is str else -1
-    kind = _KINDS.get(kind_number)
+    kind = KINDS.get(kind_number)
     if kind is None:
         return None
     status_body = get("status", _NO_STATUS)
     if type(status_body) is not dict:
         return None
-    status = _UNSET_STATUS
+    status = UNSET_STATUS
     if status_body:
         code = status_body.get("code", 0)
         message = status_body.get("message", "")
@@ -748,7 +622,7 @@ def _common_span(
         if code == 2:
             status = Status(StatusCode.ERROR, message or None)
         elif code == 1:
-            status = _OK_STATUS
+            status = OK_STATUS
         elif code != 0:
             return None
     if "events" in body and type(body["events"]) is not list:
@@ -764,14 +638,14 @@ def _common_span(
     attributes = _common_attributes(entries)
     if attributes is None:
         return None
-    return _RecordedSpan(
+    return RecordedSpan(
         name, context, parent, resource, attributes, kind, status, start, end, scope
     )
 
 
-def _common_attributes(entries: list[Any]) -> _Attributes | None:
+def _common_attributes(entries: list[Any]) -> Attributes | None:
     """The attributes as :func:`_attributes` reads them, or ``None`` when one is malformed."""
-    result = _Attributes()
+    result = Attributes()
     for item in entries:
         # Most values are strings, the rest mostly decimal-string integers: read here. A decoded
         # JSON document holds no mapping but dict, and only a dict has get().
@@ -801,7 +675,7 @@ def _common_attributes(entries: list[Any]) -> _Attributes | None:
         if value is None:
             try:
                 value = _any_value(body)
-            except _Shape:
+            except Shape:
                 return None
             if value is None:
                 continue
@@ -818,17 +692,17 @@ def _span(value: object, resource: Resource, scope: InstrumentationScope) -> Rea
     start = _uint64(get("startTimeUnixNano"), ".startTimeUnixNano")
     end = _uint64(get("endTimeUnixNano"), ".endTimeUnixNano")
     if end < start:
-        raise _Shape("endTimeUnixNano is before startTimeUnixNano")
-    kind = _KINDS.get(_enum(get("kind", 0), _KIND_NAMES, ".kind"))
+        raise Shape("endTimeUnixNano is before startTimeUnixNano")
+    kind = KINDS.get(_enum(get("kind", 0), _KIND_NAMES, ".kind"))
     if kind is None:
-        raise _Shape("unknown span kind", ".kind")
+        raise Shape("unknown span kind", ".kind")
     flags = TraceFlags(_uint64(get("flags", 1), ".flags") & 0xFF)
     status_body = _expect(get("status", _NO_STATUS), dict, ".status")
-    status = _UNSET_STATUS
+    status = UNSET_STATUS
     if status_body:
-        code = _STATUS.get(_enum(status_body.get("code", 0), _STATUS_NAMES, ".status.code"))
+        code = STATUS.get(_enum(status_body.get("code", 0), _STATUS_NAMES, ".status.code"))
         if code is None:
-            raise _Shape("unknown status code", ".status.code")
+            raise Shape("unknown status code", ".status.code")
         message = _expect(status_body.get("message", ""), str, ".status.message")
         status = Status(code, message or None) if code is StatusCode.ERROR else Status(code)
     if "events" in body:
@@ -837,12 +711,12 @@ def _span(value: object, resource: Resource, scope: InstrumentationScope) -> Rea
         _expect(body["links"], list, ".links")
     try:
         attributes = _attributes(get("attributes", _NO_ATTRIBUTES))
-    except _Shape as error:
+    except Shape as error:
         raise error.within(".attributes") from None
-    return _RecordedSpan(
+    return RecordedSpan(
         _expect(get("name", ""), str, ".name"),
-        _context(trace_id, span_id, flags),
-        _context(trace_id, parent_id, flags) if parent_id else None,
+        span_context(trace_id, span_id, flags),
+        span_context(trace_id, parent_id, flags) if parent_id else None,
         resource,
         attributes,
         kind,
@@ -860,92 +734,6 @@ _NO_ATTRIBUTES: Final[list[Any]] = []
 Skipped = int | None
 """A span a reader with a :class:`Router` did not build: its trace ID when it is a root, else
 ``None``."""
-
-
-@dataclass(frozen=True, slots=True)
-class SpanLine:
-    """The spans of one non-blank input line, and where it was read.
-
-    With a :class:`Router`, a span of a trace another process replays is a :data:`Skipped`
-    placeholder, in its place.
-    """
-
-    path: str
-    line: int
-    spans: list[ReadableSpan | Skipped]
-
-
-class OtlpJsonReader:
-    """Streams OTLP trace input, one request at a time, as one input.
-
-    Sources (paths, or ``-`` for standard input) are read in the order given; compression and
-    framing are recognised by content (:mod:`otel_guard.replay.trace_input`). Progress is visible
-    through :attr:`bytes_read` (bytes of the sources as stored) and :attr:`total_bytes` (0 for a
-    pipe, whose size is unknown). Requests of other signals are skipped and counted in
-    :attr:`skipped`. With a ``router`` (:class:`Router`), spans of traces another process
-    replays are not built; ``stop`` (index of the source, line) ends the input before that line.
-    Iteration raises :class:`MalformedInput` at the first unreadable source or
-    malformed request; the lines already yielded stay valid.
-    """
-
-    def __init__(
-        self,
-        paths: Sequence[str],
-        *,
-        stdin: IO[bytes] | None = None,
-        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-        router: Router | None = None,
-        stop: tuple[int, int] | None = None,
-    ) -> None:
-        self.paths = list(paths)
-        self.source_index = 0
-        """The index in :attr:`paths` of the source being read."""
-        self._router = router
-        self._stop = stop  # (source index, line): where another reading found an error
-        self.total_bytes = sum(source_size(p) for p in self.paths)
-        self.bytes_read = 0
-        self.skipped: Counter[str] = Counter()
-        """Requests of other signals skipped, by signal ("logs", "metrics", "profiles")."""
-        self._stdin = stdin
-        self._max_record_bytes = max_record_bytes
-        self._interner = _Interner()
-
-    @property
-    def skipped_lines(self) -> int:
-        """Requests (lines or frames) of other signals skipped, all signals together."""
-        return sum(self.skipped.values())
-
-    def __iter__(self) -> Iterator[SpanLine]:
-        done = 0
-        for index, path in enumerate(self.paths):
-            self.source_index = index
-            source = Source(path, stdin=self._stdin, max_record_bytes=self._max_record_bytes)
-            try:
-                for record in source.records():
-                    if self._stop is not None and (index, record.number) >= self._stop:
-                        return  # not even decoded: a router's decisions stay as they were
-                    self.bytes_read = done + source.consumed
-                    spans = self._spans(path, record)
-                    if spans is not None:
-                        yield SpanLine(path, record.number, spans)
-            finally:
-                done += source.consumed
-                self.bytes_read = done
-
-    def _spans(self, path: str, record: Record) -> list[ReadableSpan | Skipped] | None:
-        try:
-            if record.kind == "json":
-                return _parse_request(record.data, self._interner, self._router)
-            from otel_guard.replay.otlp_proto import (
-                parse_proto_request,  # protobuf only when needed
-            )
-
-            return list(parse_proto_request(record.data, self._interner))
-        except _Shape as error:
-            raise MalformedInput(path, record.number, str(error)) from None
-        except _OtherSignal as other:
-            self.skipped[other.signal] += 1
-            return None
 
 
 # -- writing ---------------------------------------------------------------------------------

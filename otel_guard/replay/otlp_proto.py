@@ -34,18 +34,18 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from otel_guard.replay.otlp_json import (
-    _KINDS,
-    _OK_STATUS,
-    _STATUS,
-    _TRACE_FLAGS,
-    _UNSET_STATUS,
-    _Attributes,
-    _context,
-    _Interner,
-    _OtherSignal,
-    _RecordedSpan,
-    _Shape,
+from otel_guard.replay.recorded import (
+    KINDS,
+    OK_STATUS,
+    STATUS,
+    TRACE_FLAGS,
+    UNSET_STATUS,
+    Attributes,
+    Interner,
+    OtherSignal,
+    RecordedSpan,
+    Shape,
+    span_context,
 )
 
 __all__ = ["parse_proto_request"]
@@ -54,25 +54,25 @@ _TRACE_ID_BYTES: Final = 16
 _SPAN_ID_BYTES: Final = 8
 
 
-def parse_proto_request(data: bytes, interner: _Interner) -> list[ReadableSpan]:
+def parse_proto_request(data: bytes, interner: Interner) -> list[ReadableSpan]:
     """The spans of one protobuf ``ExportTraceServiceRequest``.
 
-    Raises ``_OtherSignal`` for a logs or metrics request and ``_Shape`` for anything else that
+    Raises ``OtherSignal`` for a logs or metrics request and ``Shape`` for anything else that
     is not a trace request.
     """
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(data)
     except DecodeError:
-        fault = _Shape("not a protobuf trace export request (undecodable)")
+        fault = Shape("not a protobuf trace export request (undecodable)")
     else:
         try:
             return _request_spans(request, interner)
-        except _Shape as error:
+        except Shape as error:
             fault = error
     signal = _other_signal(data)
     if signal is not None:
-        raise _OtherSignal(signal)
+        raise OtherSignal(signal)
     raise fault
 
 
@@ -111,7 +111,7 @@ def _clean(messages: Sequence[Message]) -> bool:
     return all(len(UnknownFieldSet(message)) == 0 for message in messages)
 
 
-def _request_spans(request: Any, interner: _Interner) -> list[ReadableSpan]:
+def _request_spans(request: Any, interner: Interner) -> list[ReadableSpan]:
     spans: list[ReadableSpan] = []
     for r, block in enumerate(request.resource_spans):
         where = f"resourceSpans[{r}]"
@@ -125,7 +125,7 @@ def _request_spans(request: Any, interner: _Interner) -> list[ReadableSpan]:
             for i, span in enumerate(scope_block.spans):
                 try:
                     spans.append(_span(span, resource, scope))
-                except _Shape as error:
+                except Shape as error:
                     raise error.within(f"{where}.scopeSpans[{s}].spans[{i}]") from None
     return spans
 
@@ -134,10 +134,10 @@ def _id(raw: bytes, size: int, path: str, *, optional: bool = False) -> int:
     if optional and not raw:
         return 0
     if len(raw) != size:
-        raise _Shape(f"expected {size} bytes", path)
+        raise Shape(f"expected {size} bytes", path)
     number = int.from_bytes(raw, "big")
     if number == 0 and not optional:
-        raise _Shape("an all-zero ID is invalid", path)
+        raise Shape("an all-zero ID is invalid", path)
     return number
 
 
@@ -147,23 +147,23 @@ def _span(span: Any, resource: Any, scope: Any) -> ReadableSpan:
     parent_id = _id(span.parent_span_id, _SPAN_ID_BYTES, ".parentSpanId", optional=True)
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
     if end < start:
-        raise _Shape("endTimeUnixNano is before startTimeUnixNano")
-    kind = _KINDS.get(span.kind)
+        raise Shape("endTimeUnixNano is before startTimeUnixNano")
+    kind = KINDS.get(span.kind)
     if kind is None:
-        raise _Shape("unknown span kind", ".kind")
-    code = _STATUS.get(span.status.code)
+        raise Shape("unknown span kind", ".kind")
+    code = STATUS.get(span.status.code)
     if code is None:
-        raise _Shape("unknown status code", ".status.code")
-    status = _UNSET_STATUS
+        raise Shape("unknown status code", ".status.code")
+    status = UNSET_STATUS
     if code is StatusCode.ERROR:
         status = Status(code, span.status.message or None)
     elif code is StatusCode.OK:
-        status = _OK_STATUS
-    flags = _TRACE_FLAGS[(span.flags or 1) & 0xFF]
-    return _RecordedSpan(
+        status = OK_STATUS
+    flags = TRACE_FLAGS[(span.flags or 1) & 0xFF]
+    return RecordedSpan(
         span.name,
-        _context(trace_id, span_id, flags),
-        _context(trace_id, parent_id, flags) if parent_id else None,
+        span_context(trace_id, span_id, flags),
+        span_context(trace_id, parent_id, flags) if parent_id else None,
         resource,
         _attributes(span.attributes),
         kind,
@@ -174,10 +174,10 @@ def _span(span: Any, resource: Any, scope: Any) -> ReadableSpan:
     )
 
 
-def _attributes(entries: Any) -> _Attributes:
+def _attributes(entries: Any) -> Attributes:
     """Attribute values cannot be malformed in this encoding (the schema types them); those a
     span cannot hold are left out, as the JSON reader leaves them out."""
-    result = _Attributes()
+    result = Attributes()
     for entry in entries:
         value = _value(entry.value)
         if value is not None:

@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from otel_guard.replay.otlp_json import MalformedInput, OtlpJsonReader
+from otel_guard.replay.reader import MalformedInput, TraceReader
 from otel_guard.replay.replayer import Replayer
 from otel_guard.replay.report import merge_reports
 
@@ -50,7 +50,7 @@ def replay_shard(
     with ``stop``, the input ends there, with that error, as if this process had found it."""
     replayer = Replayer(mode, shard=(index, count), **options)
     # The reader asks the replayer which traces are its own, and builds no span of the others.
-    reader = OtlpJsonReader(files, router=replayer, stop=None if stop is None else stop[:2])
+    reader = TraceReader(files, router=replayer, stop=None if stop is None else stop[:2])
     error: str | None = None
     stopped_at: tuple[int, int] | None = None
     interrupted = False
