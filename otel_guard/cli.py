@@ -1,9 +1,17 @@
 """The ``otel-guard`` command: ``demo``, ``replay`` and ``merge`` (docs/contract.md section 7).
 
-Exit status: 0 when every input was read; 1 when an input file could not be read or held a
-malformed line (the one-line message ``FILE:LINE: what`` goes to stderr and the report of
-everything read before it still goes to stdout); 2 for a usage error; 130 when interrupted
-(the report of what was read is still printed).
+Exit status of ``replay`` and ``merge``, the gate of a rollout step (the report is printed in
+every case; the first that applies, in this order):
+
+* 130 -- interrupted;
+* 2 -- usage error (bad flag, a missing extra);
+* 1 -- an input could not be read whole: unreadable, malformed or truncated (the one-line
+  message ``FILE:LINE: what`` goes to stderr), or, for ``merge``, a report of such a replay or
+  a report that is not a valid replay report;
+* 5 -- an invariant was violated;
+* 3 -- no span was read;
+* 4 -- spans were read, but no prompt the guard can read (not in mode ``off``);
+* 0 -- otherwise. ``--allow-empty`` turns 3 and 4 into 0.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from otel_guard.reducer import BATCH_THRESHOLD, THRESHOLD, parse_mode
 from otel_guard.replay.reader import MalformedInput, TraceReader
@@ -31,6 +39,8 @@ from otel_guard.replay.replayer import (
 from otel_guard.replay.report import (
     BOUNDS,
     DAY_LIMIT,
+    EXIT_INCOMPLETE,
+    EXIT_NO_SPANS,
     GROUP_LIMIT,
     TIMELINE_LIMIT,
     ReportMismatch,
@@ -38,15 +48,22 @@ from otel_guard.replay.report import (
     printable,
     render_text,
     unreadable,
+    verdict,
 )
 from otel_guard.version import __version__
 
 __all__ = ["main"]
 
 EXIT_OK = 0
-EXIT_INPUT = 1
+EXIT_INPUT = EXIT_INCOMPLETE
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+
+_MODE_HELP: Final = (
+    "guard mode: off, shadow (count only), warn (remind the model) or enforce (remind, then "
+    "stop); default shadow"
+)
 
 
 def _mode(value: str) -> str:
@@ -72,19 +89,25 @@ def _parser() -> argparse.ArgumentParser:
         description="Run built-in simulated agent sessions through a real TracerProvider with "
         "the guard and print what it decided, batch by batch.",
     )
-    demo.add_argument("--mode", type=_mode, default="shadow", help="guard mode (default shadow)")
+    demo.add_argument("--mode", type=_mode, default="shadow", metavar="MODE", help=_MODE_HELP)
     demo.add_argument(
         "--out", metavar="FILE", help="also write every span to FILE as OTLP/JSON lines"
     )
 
     replay = commands.add_parser(
         "replay",
-        help="replay OTLP/JSON trace files through the guard",
-        description="Replay OTLP/JSON trace files (one ExportTraceServiceRequest per line, as "
-        "the OpenTelemetry Collector file exporter writes them; gzip accepted) through the "
-        "guard, in the order the spans started and ended, and report what it would decide.",
+        help="replay recorded OTLP trace files through the guard",
+        description="Replay recorded OTLP traces through the guard, in the order the spans "
+        "started and ended, and report what it would decide. Input as the OpenTelemetry "
+        "Collector file exporter writes it: OTLP/JSON lines (one ExportTraceServiceRequest per "
+        "line) or its proto format (length-prefixed protobuf frames), plain, gzip or zstd "
+        "(zstd needs the zstd extra before Python 3.14); '-' reads standard input. "
+        "Exit status: 0 when every input was read whole, a guard-readable prompt was found and "
+        "no invariant was violated; 1 input stopped early, 3 no spans, 4 no guard-readable "
+        "prompt, 5 an invariant violated, 2 usage, 130 interrupted. The report is printed in "
+        "every case.",
     )
-    replay.add_argument("--mode", type=_mode, default="shadow", help="guard mode (default shadow)")
+    replay.add_argument("--mode", type=_mode, default="shadow", metavar="MODE", help=_MODE_HELP)
     replay.add_argument(
         "--format", choices=("text", "json"), default="text", help="report format (default text)"
     )
@@ -122,19 +145,36 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="replay in N processes, each owning a shard of the prompts (default 1)",
     )
-    replay.add_argument("files", nargs="+", metavar="FILE", help="OTLP/JSON files, read as one")
+    replay.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="exit 0 even when no span or no guard-readable prompt was read",
+    )
+    replay.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="trace files (JSON lines or proto frames; .gz, .zst) or '-', read as one input",
+    )
 
     merge = commands.add_parser(
         "merge",
         help="merge JSON replay reports of shards into one",
         description="Merge reports written by 'otel-guard replay --format json' for disjoint "
         "shards of the prompts (for example, replays of different days or hosts) into the "
-        "report one replay of everything would give.",
+        "report one replay of everything would give. Exit status as for replay, of the "
+        "merged report: 1 also when a report is not a valid replay report, or comes from a "
+        "replay whose input stopped early.",
     )
     merge.add_argument(
         "--format", choices=("text", "json"), default="json", help="report format (default json)"
     )
     merge.add_argument("--html", metavar="FILE", help="also write the HTML report")
+    merge.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="exit 0 even when the reports hold no span or no guard-readable prompt",
+    )
     merge.add_argument("reports", nargs="+", metavar="REPORT.json", help="JSON replay reports")
     return parser
 
@@ -156,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             return _demo(args.mode, args.out)
         if args.command == "merge":
-            return _merge(args.reports, args.format, args.html)
+            return _merge(args.reports, args.format, args.html, args.allow_empty)
         return _replay(args)
     except BrokenPipeError:
         # The reader of our output went away (``| head``); nothing left to say.
@@ -222,15 +262,13 @@ def _replay(args: argparse.Namespace) -> int:
                 return EXIT_INTERRUPTED
         else:
             document, error, interrupted = _replay_files(args.mode, options, args.files)
-    status = EXIT_OK
     if interrupted:
-        error, status = "interrupted", EXIT_INTERRUPTED
-    elif error is not None:
-        status = EXIT_INPUT
+        error = "interrupted"
     if error is not None:
         print(error, file=sys.stderr)
     document["files"] = list(args.files)
     document["error"] = error
+    document["complete"] = error is None
     _print_bounds(document)
     missing = unreadable(document)
     if missing is not None:
@@ -239,7 +277,24 @@ def _replay(args: argparse.Namespace) -> int:
             f"{shown}: {document['spans']} spans, no prompt the guard can read: {missing}",
             file=sys.stderr,
         )
+    status = _gate(document, args.allow_empty, ", ".join(args.files))
+    if interrupted:
+        status = document["verdict"]["status"] = EXIT_INTERRUPTED
     return _output(document, args.format, args.html, status)
+
+
+def _gate(document: dict[str, Any], allow_empty: bool, inputs: str) -> int:
+    """The exit status of a report, saying on stderr what the report alone does not."""
+    result = verdict(document, allow_empty=allow_empty)
+    document["verdict"] = {"status": result.status, "reasons": list(result.reasons)}
+    if document.get("complete") and result.status == EXIT_NO_SPANS:
+        print(f"{inputs}: no spans read (--allow-empty accepts it)", file=sys.stderr)
+    if document.get("invariant_violations"):
+        broken = ", ".join(
+            f"{name} {count}" for name, count in document.get("invariants", {}).items() if count
+        )
+        print(f"invariant violations: {broken}", file=sys.stderr)
+    return result.status
 
 
 def _replay_files(
@@ -332,30 +387,32 @@ def _html_available() -> bool:
     return True
 
 
-def _merge(paths: Sequence[str], output_format: str, html: str | None) -> int:
+def _merge(paths: Sequence[str], output_format: str, html: str | None, allow_empty: bool) -> int:
     if html is not None and not _html_available():
         return EXIT_USAGE
+    from otel_guard.replay.report_schema import InvalidReport, load_report
+
     documents = []
     for path in paths:
         try:
-            with open(path, encoding="utf-8") as stream:
-                document = json.load(stream)
+            documents.append(load_report(path))
         except OSError as error:
             print(f"{path}: cannot read ({error.strerror or error})", file=sys.stderr)
             return EXIT_INPUT
-        except (ValueError, UnicodeDecodeError) as error:
-            print(f"{path}: not a JSON report ({error})", file=sys.stderr)
+        except InvalidReport as error:
+            print(f"{path}: {printable(error)}", file=sys.stderr)
             return EXIT_INPUT
-        if not isinstance(document, dict) or not isinstance(document.get("decisions"), dict):
-            print(f"{path}: not a replay report (no decisions)", file=sys.stderr)
-            return EXIT_INPUT
-        documents.append(document)
     try:
         merged = merge_reports(documents)
-    except (ReportMismatch, TypeError, ValueError, KeyError) as error:
+    except ReportMismatch as error:
         print(f"cannot merge: {error}", file=sys.stderr)
         return EXIT_INPUT
-    return _output(merged, output_format, html, EXIT_OK)
+    if not merged.get("complete", True):
+        for path, document in zip(paths, documents, strict=True):
+            if document.get("error") or document.get("complete") is False:
+                shown = printable(document.get("error") or "input stopped early")
+                print(f"{path}: a replay whose input stopped early: {shown}", file=sys.stderr)
+    return _output(merged, output_format, html, _gate(merged, allow_empty, ", ".join(paths)))
 
 
 class _Progress:

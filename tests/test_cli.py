@@ -136,7 +136,9 @@ def test_demo_reports_what_stopping_would_save_in_shadow(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, out, _ = run(capsys, "demo")
-    assert "would_stop prompts: prompt-loop (8 calls after), prompt-old-host (0 calls after)" in out
+    assert "would-stop prompts, 2: prompt-loop (8 calls after) trace " in out
+    assert "would-warn prompts (shadow: nothing was warned), 3: prompt-loop," in out
+    assert "warned prompts" not in out
     assert "  stopped prompts:" not in out
 
 
@@ -154,7 +156,10 @@ def test_replay_of_the_demo_output_reproduces_the_demo_decisions(
     assert report["decisions"] == expected
     code, text, _ = run(capsys, "replay", "--mode", mode, str(path))
     assert code == 0
-    assert text.rstrip("\n") == summary_of(demo_output)
+    verdict_line, inputs_line, blank, rest = text.split("\n", 3)
+    assert verdict_line.startswith("verdict: PASS (invariants 0, inputs read completely")
+    assert (inputs_line, blank) == (f"inputs: {path}, read completely", "")
+    assert rest.rstrip("\n") == summary_of(demo_output)
 
 
 def test_replay_in_enforce_stops_a_loop_recorded_in_shadow(
@@ -251,7 +256,7 @@ def test_out_of_order_lines_replay_to_the_same_decisions(
     assert report["invariant_violations"] == 0
 
 
-def test_an_empty_file_gives_an_empty_report(
+def test_an_empty_file_gives_an_empty_report_and_exit_3_unless_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     empty = tmp_path / "empty.jsonl"
@@ -259,12 +264,15 @@ def test_an_empty_file_gives_an_empty_report(
     blank = tmp_path / "blank.jsonl"
     blank.write_text("\n  \n\n", encoding="utf-8")
     code, report, err = replay_json(capsys, str(empty), str(blank))
-    assert (code, err) == (0, "")
+    assert (code, err) == (3, f"{empty}, {blank}: no spans read (--allow-empty accepts it)\n")
     assert (report["spans"], report["prompts"], report["batches"], report["traces"]) == (0, 0, 0, 0)
     assert set(report["decisions"].values()) == {0}
-    assert report["groups"] == [] and report["error"] is None
+    assert report["groups"] == [] and report["error"] is None and report["complete"] is True
+    code, report, err = replay_json(capsys, "--allow-empty", str(empty), str(blank))
+    assert (code, err, report["spans"]) == (0, "", 0)
     code, text, _ = run(capsys, "replay", str(empty))
-    assert code == 0 and "spans 0  prompts 0  batches 0" in text
+    assert code == 3 and "spans 0  prompts 0  batches 0" in text
+    assert "verdict: FAIL, exit 3 (no spans read" in text
 
 
 # -- malformed input ----------------------------------------------------------------------------

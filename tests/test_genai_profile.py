@@ -479,7 +479,11 @@ def test_replay_reads_genai_traces_with_the_live_decisions(
             agent.turn(prompt)
         agent.chat(prompt)
     code, report, err = _replay(capsys, _write(agent, tmp_path / "genai.jsonl"))
-    assert code == 0 and err == ""
+    # The exit status gates on the invariants (checked for inferred batches elsewhere).
+    assert code == (5 if report["invariant_violations"] else 0)
+    assert err == ("invariant violations: " if code else "") + ", ".join(
+        f"{name} {count}" for name, count in report["invariants"].items() if count
+    ) + ("\n" if code else "")
     assert report["profiles"] == {"acp": 0, "genai": 1}
     assert report["prompts"] == 1 and report["batches"] == 3
     live = agent.harness.decision_counts()
@@ -516,7 +520,8 @@ def test_replay_names_the_missing_attributes_when_no_prompt_is_readable(
     for name, agent in (("plain", plain), ("orphans", orphans), ("idle", idle)):
         path = _write(agent, tmp_path / f"{name}.jsonl")
         code, report, err = _replay(capsys, path)
-        assert code == 0 and report["prompts"] == 0
+        assert code == 4 and report["prompts"] == 0  # spans, but no prompt: the gate fails
+        assert report["verdict"] == {"status": 4, "reasons": ["no prompt the guard can read"]}
         assert err.count("\n") == 1, err
         assert err.startswith(f"{path}: ") and expected[name] in err
 

@@ -129,8 +129,10 @@ def test_enforce_keeps_stopped_and_downgraded_would_stop_apart_in_every_section(
     assert [e["prompt_id"] for e in report["stopped_prompts"]] == ["stops"]
     assert [e["prompt_id"] for e in report["would_stop_prompts"]] == ["unreliable-host"]
     text = render_text(report)
-    assert "  stopped prompts: stops (2 calls after)" in text
-    assert "  would_stop prompts: unreliable-host (2 calls after)" in text
+    stops_trace = report["stopped_prompts"][0]["trace_id"]
+    would_trace = report["would_stop_prompts"][0]["trace_id"]
+    assert f"  stopped prompts, 1: stops (2 calls after) trace {stops_trace}\n" in text
+    assert f"  would-stop prompts, 1: unreliable-host (2 calls after) trace {would_trace}\n" in text
     assert "  prompts: would_warn 0  warned 2  would_stop 1  stopped 1" in text
 
 
@@ -237,7 +239,8 @@ def test_a_trace_beyond_the_span_bound_is_replayed_in_parts_and_says_so(
     assert (report["spans"], report["traces"]) == (25, 3)
     assert "     2  a trace was replayed in parts" in render_text(report)
     # The command's default bound is far above this input: nothing to say.
-    code, document, err = cli_json(capsys, str(write_lines(tmp_path / "t.jsonl", spans)))
+    path = str(write_lines(tmp_path / "t.jsonl", spans))
+    code, document, err = cli_json(capsys, "--allow-empty", path)
     assert (code, document["bounds"]["trace_spans"]) == (0, 0)
     assert "replay:" not in err  # no bound line (these plain spans only say no prompt is readable)
 
@@ -293,7 +296,9 @@ def test_the_text_report_escapes_control_characters_of_prompt_ids_and_resource_v
     assert [line for line in out.splitlines() if line.startswith("invariant violations")] == [
         "invariant violations: 0"
     ]
-    assert "would_stop prompts: p\\x0ainvariant violations: 0\\x1b[2J\\u202e (0 calls after)" in out
+    assert (
+        "would-stop prompts, 1: p\\x0ainvariant violations: 0\\x1b[2J\\u202e (0 calls after)" in out
+    )
     assert "deployment.environment.name=prod\\x0d\\x07  service.version=1\\\\n" in out
 
 

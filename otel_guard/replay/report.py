@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
@@ -30,6 +31,10 @@ from otel_guard.reducer import BATCH_THRESHOLD, RESET_REASONS, THRESHOLD
 __all__ = [
     "BOUNDS",
     "DAY_LIMIT",
+    "EXIT_INCOMPLETE",
+    "EXIT_INVARIANTS",
+    "EXIT_NO_PROMPTS",
+    "EXIT_NO_SPANS",
     "GENAI_SEEN",
     "GROUP_KEYS",
     "GROUP_LIMIT",
@@ -41,6 +46,7 @@ __all__ = [
     "SIGNALS",
     "TIMELINE_LIMIT",
     "ReportMismatch",
+    "Verdict",
     "day_of",
     "empty_tally",
     "hour_of",
@@ -48,6 +54,7 @@ __all__ = [
     "printable",
     "render_text",
     "unreadable",
+    "verdict",
 ]
 
 GROUP_KEYS: Final = (DEPLOYMENT_ENVIRONMENT_NAME, SERVICE_VERSION)
@@ -107,6 +114,20 @@ a property of the agent, not of its traces.
 _NANOS_PER_HOUR: Final = 3600 * 10**9
 _NANOS_PER_DAY: Final = 24 * _NANOS_PER_HOUR
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+EXIT_INCOMPLETE: Final = 1
+"""Exit status: an input could not be read whole (unreadable, malformed, truncated, interrupted)."""
+
+EXIT_NO_SPANS: Final = 3
+"""Exit status: the inputs held no span at all (an empty file, a glob that matched the wrong
+files)."""
+
+EXIT_NO_PROMPTS: Final = 4
+"""Exit status: spans were read, but none of a prompt the guard can read."""
+
+EXIT_INVARIANTS: Final = 5
+"""Exit status: at least one required invariant was violated."""
 
 
 class ReportMismatch(ValueError):
@@ -232,6 +253,7 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         merged["files"] = [path for document in documents for path in document.get("files", [])]
         errors = [document["error"] for document in documents if document.get("error")]
         merged["error"] = "; ".join(dict.fromkeys(errors)) if errors else None
+        merged["complete"] = all(is_complete(document) for document in documents)
     return merged
 
 
@@ -402,10 +424,167 @@ def unreadable(document: Mapping[str, Any]) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a report may gate a rollout step: its exit status (0 when it may) and, for each
+    failed condition, one line saying which."""
+
+    status: int
+    reasons: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return self.status == 0
+
+
+def is_complete(document: Mapping[str, Any]) -> bool:
+    """Whether every input of the report was read to its end (reports of older versions, without
+    ``complete``, are judged by their ``error``)."""
+    complete = document.get("complete")
+    if isinstance(complete, bool):
+        return complete and not document.get("error")
+    return not document.get("error")
+
+
+def verdict(document: Mapping[str, Any], *, allow_empty: bool = False) -> Verdict:
+    """The gate of ``docs/contract.md`` section 7: the exit status of a replay or merge of this
+    report. Several failures give the status of the first in the order incomplete input,
+    invariant violations, no spans, no prompts; ``allow_empty`` accepts the last two."""
+    failed: list[tuple[int, str]] = []
+    if not is_complete(document):
+        error = document.get("error")
+        failed.append((EXIT_INCOMPLETE, f"input stopped early: {printable(error or 'unknown')}"))
+    violations = document.get("invariant_violations", 0)
+    if violations:
+        failed.append((EXIT_INVARIANTS, f"invariant violations: {violations}"))
+    if not allow_empty:
+        if not document.get("spans"):
+            failed.append((EXIT_NO_SPANS, "no spans read"))
+        elif not document.get("prompts") and document.get("mode") != "off":
+            # In mode off the guard reads nothing, by design: no prompt is the expected result.
+            failed.append((EXIT_NO_PROMPTS, "no prompt the guard can read"))
+    if not failed:
+        return Verdict(0, ())
+    return Verdict(failed[0][0], tuple(reason for _, reason in failed))
+
+
+def verdict_line(document: Mapping[str, Any], *, allow_empty: bool = False) -> str:
+    """One line: whether the report passes the gate, and the false-stop rate it rests on."""
+    result = verdict(document, allow_empty=allow_empty)
+    inputs = "inputs read completely" if is_complete(document) else "input stopped early"
+    rate = false_stop_text(document)
+    if result.passed:
+        return f"verdict: PASS (invariants 0, {inputs}, false-stop estimate {rate})"
+    return f"verdict: FAIL, exit {result.status} ({'; '.join(result.reasons)}; {rate} false stops)"
+
+
+def false_stop_text(tally: Mapping[str, Any]) -> str:
+    """The self-recovered share of would-stop prompts, as ``R% (n of m)``; ``-`` for none."""
+    # Only a would-stop can be followed by a recovery: a stopped prompt ends there.
+    stops = int(tally.get("prompts_would_stop", 0))
+    recovered = int(tally.get("self_recovered_after_would_stop", 0))
+    if not stops:
+        return "- (0 of 0)"
+    return f"{100 * recovered / stops:.1f}% ({recovered} of {stops})"
+
+
+SAMPLE_SHOWN: Final = 10
+"""Prompts named per sample in the text report; the rest are counted."""
+
+
+def _verdict_text(document: Mapping[str, Any]) -> str:
+    gate = document.get("verdict")
+    if isinstance(gate, Mapping):  # as the command judged it (it knows --allow-empty)
+        rate = false_stop_text(document)
+        if gate.get("status") == 0:
+            return verdict_line(document, allow_empty=True)
+        reasons = "; ".join(str(r) for r in gate.get("reasons", []))
+        return (
+            f"verdict: FAIL, exit {gate.get('status')} ({printable(reasons)}; {rate} false stops)"
+        )
+    return verdict_line(document)
+
+
+def _inputs_text(document: Mapping[str, Any]) -> str:
+    files = [printable(path) for path in document.get("files", [])]
+    shown = ", ".join(files[:5]) + (f" (+{len(files) - 5} more)" if len(files) > 5 else "")
+    if is_complete(document):
+        return f"inputs: {shown or '(none named)'}, read completely"
+    error = printable(document.get("error"))
+    return f"inputs: {shown or '(none named)'}; input stopped early: {error}"
+
+
+def _group_table(groups: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One row per environment and version: what a rollout decides on."""
+    header = (
+        f"  {'environment':<16} {'version':<12} {'prompts':>7} {'would_warn':>10} {'warned':>6}"
+        f" {'would_stop':>10} {'stopped':>7} {'self-recovered':>20}"
+        f" {'saved calls':>11} {'saved tokens':>12}"
+    )
+    lines = ["per environment and version", header]
+    for entry in groups:
+        if entry.get("other"):
+            environment, version = "(other groups)", ""
+        else:
+            environment = printable(entry.get(GROUP_KEYS[0]))
+            version = printable(entry.get(GROUP_KEYS[1]))
+        saved = entry["saved"]
+        calls = saved["tool_calls"] + saved["model_calls"]
+        tokens = saved["input_tokens"] + saved["output_tokens"]
+        lines.append(
+            f"  {environment:<16} {version:<12} {entry['prompts']:>7}"
+            f" {entry['prompts_would_warn']:>10} {entry['prompts_warned']:>6}"
+            f" {entry['prompts_would_stop']:>10} {entry['prompts_stopped']:>7}"
+            f" {false_stop_text(entry):>20} {calls:>11} {tokens:>12}"
+        )
+    return lines
+
+
+_SAMPLE_TITLES: Final = {
+    "would_warn": "would-warn prompts (shadow: nothing was warned)",
+    "warned": "warned prompts",
+    "would_stop": "would-stop prompts",
+    "stopped": "stopped prompts",
+}
+
+
+def _sample_lines(document: Mapping[str, Any]) -> list[str]:
+    """The sampled prompts, by the decision they reached, with trace IDs for the stops and how
+    many more the report counted than it names."""
+    lines = []
+    by_decision: dict[str, list[Mapping[str, Any]]] = {}
+    for name in SAMPLES:
+        for entry in document.get(name, []):
+            by_decision.setdefault(str(entry.get("decision")), []).append(entry)
+    for decision, title in _SAMPLE_TITLES.items():
+        sample = by_decision.get(decision, [])
+        if not sample:
+            continue
+        total = max(int(document.get(f"prompts_{decision}", 0)), len(sample))
+        if decision in ("would_stop", "stopped"):
+            shown = ", ".join(
+                f"{_sample_text(entry)} trace {printable(entry.get('trace_id'))}"
+                for entry in sample[:SAMPLE_SHOWN]
+            )
+        else:
+            shown = ", ".join(_sample_text(entry) for entry in sample[:SAMPLE_SHOWN])
+        named = min(len(sample), SAMPLE_SHOWN)
+        more = f" (+{total - named} more)" if total > named else ""
+        lines.append(f"  {title}, {total}: {shown}{more}")
+    return lines
+
+
 def render_text(document: Mapping[str, Any]) -> str:
-    """The report for people: per group, per day, totals, samples, sweep, bounds, invariants."""
+    """The report for people: verdict and inputs, the per-group table, per group, per day,
+    totals, samples, sweep, bounds, invariants."""
     lines: list[str] = []
-    for entry in document.get("groups", []):
+    if "files" in document:  # a replay's or merge's report, not the demo's
+        lines.extend([_verdict_text(document), _inputs_text(document), ""])
+    groups = document.get("groups", [])
+    if groups:
+        lines.extend(_group_table(groups))
+        lines.append("")
+    for entry in groups:
         lines.append(_group_title(entry))
         lines.extend(_tally_lines(entry))
         lines.append("")
@@ -445,13 +624,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     if any(skipped.values()):
         shown = _counts_text(skipped, skipped)
         lines.append(f"  requests of other signals skipped (not traces): {printable(shown)}")
-    for name in SAMPLES:
-        sample = document.get(name, [])
-        if sample:
-            shown = ", ".join(_sample_text(entry) for entry in sample[:10])
-            more = f" (+{len(sample) - 10} more)" if len(sample) > 10 else ""
-            title = name.removesuffix("_prompts")
-            lines.append(f"  {title} prompts: {shown}{more}")
+    lines.extend(_sample_lines(document))
     diagnostics = document.get("diagnostics", {})
     if diagnostics:
         shown = "  ".join(f"{printable(k)} {v}" for k, v in diagnostics.items())

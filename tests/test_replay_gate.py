@@ -1,0 +1,224 @@
+"""The exit status of ``replay`` and ``merge`` gates a rollout step (docs/contract.md section 7),
+and ``merge`` takes only reports a replay could have written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_guard.cli import main
+from otel_guard.replay.report import verdict
+
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, _ = _run(capsys, "replay", "--format", "json", str(DEMO))
+    assert code == 0
+    document: dict[str, Any] = json.loads(out)
+    assert document["complete"] is True and document["verdict"] == {"status": 0, "reasons": []}
+    return document
+
+
+def _write(path: Path, document: object) -> str:
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return str(path)
+
+
+# -- the gate ------------------------------------------------------------------------------------
+
+
+def test_a_clean_replay_passes_and_says_so_first(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "replay", str(DEMO))
+    assert (code, err) == (0, "")
+    first, second = out.splitlines()[:2]
+    assert first.startswith("verdict: PASS (invariants 0, inputs read completely, false-stop")
+    assert second == f"inputs: {DEMO}, read completely"
+
+
+def test_a_report_with_an_invariant_violation_fails_merge_with_status_5(
+    report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report["invariants"]["stop_without_warning"] = 1
+    report["invariant_violations"] = 1
+    code, out, err = _run(capsys, "merge", _write(tmp_path / "r.json", report))
+    assert code == 5
+    assert err == "invariant violations: stop_without_warning 1\n"
+    merged = json.loads(out)  # the report is still printed
+    assert merged["verdict"] == {"status": 5, "reasons": ["invariant violations: 1"]}
+
+
+def test_merge_of_a_shard_whose_input_stopped_early_fails_with_status_1(
+    report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _write(tmp_path / "good.json", report)
+    report["error"] = "traces.jsonl.gz:7: compressed data ends early (truncated gzip file)"
+    report["complete"] = False
+    cut = _write(tmp_path / "cut.json", report)
+    code, out, err = _run(capsys, "merge", "--format", "text", good, cut)
+    assert code == 1
+    assert err == (
+        f"{cut}: a replay whose input stopped early: traces.jsonl.gz:7: compressed data ends"
+        " early (truncated gzip file)\n"
+    )
+    assert out.startswith("verdict: FAIL, exit 1 (input stopped early: traces.jsonl.gz:7:")
+
+
+def test_a_report_of_an_older_version_is_judged_by_its_error(
+    report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    del report["complete"], report["verdict"]
+    report["error"] = "a.jsonl:3: invalid JSON"
+    code, _, _ = _run(capsys, "merge", _write(tmp_path / "old.json", report))
+    assert code == 1
+
+
+def test_several_failures_give_the_status_of_the_first_and_list_every_reason() -> None:
+    document = {
+        "mode": "shadow",
+        "spans": 0,
+        "prompts": 0,
+        "invariant_violations": 2,
+        "error": "a.jsonl:1: invalid JSON",
+        "complete": False,
+    }
+    result = verdict(document)
+    assert result.status == 1
+    assert result.reasons == (
+        "input stopped early: a.jsonl:1: invalid JSON",
+        "invariant violations: 2",
+        "no spans read",
+    )
+    document.update(error=None, complete=True)
+    assert verdict(document).status == 5
+    document["invariant_violations"] = 0
+    assert verdict(document).status == 3
+    assert verdict(document, allow_empty=True).status == 0
+    document["spans"] = 4
+    assert verdict(document).status == 4
+    document["mode"] = "off"  # the guard reads nothing in mode off, by design
+    assert verdict(document).status == 0
+
+
+def test_merge_of_empty_reports_fails_with_status_3_unless_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    code, out, _ = _run(capsys, "replay", "--format", "json", str(empty))
+    assert code == 3
+    path = _write(tmp_path / "empty.json", json.loads(out))
+    assert _run(capsys, "merge", path)[0] == 3
+    assert _run(capsys, "merge", "--allow-empty", path)[0] == 0
+
+
+def test_the_help_lists_the_modes_the_input_formats_and_the_exit_statuses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for word in ("zstd", "proto", "'-' reads standard input", "off, shadow", "warn", "enforce"):
+        assert word in text
+    assert "3 no spans" in text and "5 an invariant violated" in text
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "off, shadow (count only), warn" in " ".join(capsys.readouterr().out.split())
+
+
+# -- merge refuses what a replay cannot have written --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r.update(spans=-5), "spans: expected a count"),
+        (lambda r: r.update(spans=10**300), "spans: expected a count"),
+        (lambda r: r.update(spans="5"), "spans: expected a count"),
+        (lambda r: r.update(spans=True), "spans: expected a count"),
+        (lambda r: r["decisions"].update(stopped=1.5), "decisions.stopped: expected a count"),
+        (lambda r: r["decisions"].update(exploded=1), "decisions: unknown name 'exploded'"),
+        (lambda r: r["saved"].update(tool_calls=None), "saved.tool_calls: expected a count"),
+        (
+            lambda r: (
+                r.update(invariant_violations=0)
+                or r["invariants"].update(stop_without_warning=0)
+                or r.pop("invariants")
+            ),
+            None,
+        ),
+        (lambda r: r.update(mode="turbo"), "mode: expected one of"),
+        (lambda r: r["groups"][0].update(prompts=-1), "groups[0].prompts: expected a count"),
+        (lambda r: r.update(groups={}), "groups: expected a list"),
+        (lambda r: r.update(complete="yes"), "complete: expected true or false"),
+        (lambda r: r["by_day"].update({"soon": {}}), "by_day: 'soon' is not a day"),
+        (
+            lambda r: r["would_stop_prompts"][0].update(time_unix_nano=-1),
+            "would_stop_prompts[0].time_unix_nano: expected a time",
+        ),
+        (
+            lambda r: r.update(invariant_violations=3),
+            "invariant_violations: not the sum of invariants",
+        ),
+    ],
+)
+def test_merge_refuses_a_forged_report_in_one_line(
+    change: Any,
+    message: str | None,
+    report: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    change(report)
+    path = _write(tmp_path / "forged.json", report)
+    code, out, err = _run(capsys, "merge", path)
+    if message is None:  # a change that keeps the report valid
+        assert code == 0, err
+        return
+    assert (code, out) == (1, "")
+    assert err.startswith(f"{path}: {message}") and err.count("\n") == 1, err
+
+
+def test_merge_refuses_nan_and_infinity(
+    report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        path = tmp_path / "nan.json"
+        path.write_text(json.dumps(report).replace('"spans": 114', f'"spans": {constant}'), "utf-8")
+        code, _, err = _run(capsys, "merge", str(path))
+        assert code == 1 and err == f"{path}: {constant} is not a count\n"
+
+
+def test_merge_of_a_deeply_nested_report_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "deep.json"
+    depth = 200_000
+    path.write_text('{"decisions": {}, "skipped": ' + "[" * depth + "]" * depth + "}", "utf-8")
+    code, _, err = _run(capsys, "merge", str(path))
+    assert code == 1
+    assert err in (
+        f"{path}: not a replay report (nested too deeply)\n",
+        f"{path}: mode: expected one of enforce, off, shadow, warn\n",
+    )
+
+
+def test_merge_refuses_more_days_than_a_replay_keeps(
+    report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report["by_day"] = {
+        f"{1000 + i // 372:04d}-{1 + i // 31 % 12:02d}-{1 + i % 31:02d}": {} for i in range(200_000)
+    }
+    code, out, err = _run(capsys, "merge", _write(tmp_path / "days.json", report))
+    assert (code, out) == (1, "")
+    assert err.endswith(": by_day: more than 3,661 days\n")
