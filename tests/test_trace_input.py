@@ -625,3 +625,73 @@ def test_an_empty_read_ends_the_input_as_at_a_terminals_end_of_input() -> None:
     frame = framed(message)
     stream = Terminal(frame[:4], frame[4:], b"", frame)  # end of input, then more typed
     assert [r.number for r in Source("-", stdin=stream).records()] == [1]  # type: ignore[arg-type]
+
+
+# -- input that is not trace input at all ---------------------------------------------------------
+
+_EXPECTED = (
+    "OTLP trace input is JSON lines (each a request object starting with '{') or "
+    "length-prefixed proto frames, plain, gzip or zstd"
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            b"[1,2,3]\n",
+            f"a JSON array or other text, not trace input (starts '[1,2,3]'); {_EXPECTED}",
+        ),
+        (
+            b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n",
+            f"text, not trace input (starts 'root:x:0:0:root:/root:/bin/bash'); {_EXPECTED}",
+        ),
+        (
+            bytes(range(0xC0, 0xE0)),
+            "binary data, not trace input (starts c0 c1 c2 c3 c4 c5 c6 c7; read as a frame it "
+            f"would be 3,233,923,779 bytes, over the record limit); {_EXPECTED}",
+        ),
+    ],
+)
+def test_input_that_is_neither_json_lines_nor_frames_is_described_not_called_a_long_frame(
+    data: bytes, message: str
+) -> None:
+    with pytest.raises(MalformedInput) as error:
+        list(Source("-", stdin=io.BytesIO(data)).records())
+    assert str(error.value) == f"-: {message}"
+    packed = gzip.compress(data)  # the same once decompressed
+    with pytest.raises(MalformedInput) as error:
+        list(Source("-", stdin=io.BytesIO(packed)).records())
+    assert str(error.value) == f"-: {message}"
+
+
+class _Zeros:
+    """Zero bytes, as ``/dev/zero`` reads, ending after a mebibyte so that a reader that would
+    read them forever ends (and the test fails) instead."""
+
+    def __init__(self) -> None:
+        self.left = 1 << 20
+
+    def read(self, size: int = -1) -> bytes:
+        size = min(self.left, size if size >= 0 else 4096)
+        self.left -= size
+        return b"\0" * size
+
+
+def test_endless_zero_bytes_stop_as_not_trace_input_instead_of_reading_forever() -> None:
+    limit = trace_input.MAX_EMPTY_FRAMES
+    with pytest.raises(MalformedInput) as error:
+        list(TraceReader(["-"], stdin=_Zeros()))  # type: ignore[arg-type]
+    assert str(error.value) == (
+        f"-:{limit + 1}: not trace input: more than {limit} empty frames in a row"
+        " (zero bytes, as of /dev/zero or a file never written)"
+    )
+
+
+def test_a_few_empty_frames_between_requests_are_read_as_empty_requests() -> None:
+    spans = produce()
+    message = bytes(encode_spans(spans).SerializeToString())
+    data = framed(*[b""] * trace_input.MAX_EMPTY_FRAMES, message)
+    reader = TraceReader(["-"], stdin=io.BytesIO(data))
+    read = [(line.line, len(line.spans)) for line in reader]
+    assert read[-1] == (trace_input.MAX_EMPTY_FRAMES + 1, len(spans))

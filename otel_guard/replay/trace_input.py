@@ -35,6 +35,7 @@ from typing import IO, Any, Final, Literal, cast
 __all__ = [
     "CHUNK_BYTES",
     "DEFAULT_MAX_RECORD_BYTES",
+    "MAX_EMPTY_FRAMES",
     "STDIN",
     "MalformedInput",
     "Record",
@@ -279,6 +280,7 @@ class Source:
     def _frames(self, content: _Peekable, compression: str) -> Iterator[Record]:
         path, limit = self.path, self._limit
         number = 0
+        empty = 0  # zero-length frames in a row
         while True:
             number += 1  # the frame being read, its length prefix included
             try:
@@ -289,7 +291,18 @@ class Source:
                     raise MalformedInput(path, number, "data ends inside a frame's length prefix")
                 size = int.from_bytes(header, "big")
                 if size > limit:
+                    if number == 1:  # no frame read yet: say what the input is instead
+                        what = _not_trace_input(header + content.peek(_SHOWN_BYTES), size)
+                        raise MalformedInput(path, None, what)
                     raise MalformedInput(path, number, _too_long("frame", limit, size))
+                empty = empty + 1 if size == 0 else 0
+                if empty > MAX_EMPTY_FRAMES:
+                    raise MalformedInput(
+                        path,
+                        number,
+                        f"not trace input: more than {MAX_EMPTY_FRAMES} empty frames in a row "
+                        "(zero bytes, as of /dev/zero or a file never written)",
+                    )
                 data = _read_exact(content, size)
             except MalformedInput:
                 raise
@@ -307,6 +320,33 @@ class Source:
             found = _NON_BLANK(data)
             is_json = found is not None and data[found.start()] == 0x7B  # "{"
             yield Record(number, data, "json" if is_json else "proto")
+
+
+MAX_EMPTY_FRAMES: Final = 64
+"""Empty frames (length 0) read in a row before the input is judged not to be frames at all: a
+Collector writes no empty request, and zeros would otherwise read as empty frames forever."""
+
+_SHOWN_BYTES: Final = 40
+
+
+def _not_trace_input(head: bytes, size: int) -> str:
+    """What input that is neither JSON lines nor length-prefixed frames looks like."""
+    expected = (
+        "OTLP trace input is JSON lines (each a request object starting with '{') or "
+        "length-prefixed proto frames, plain, gzip or zstd"
+    )
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as error:  # a character cut at the end of the bytes looked at
+        text = head[: error.start].decode("utf-8") if error.start >= 8 else ""
+    line = text.split("\n", 1)[0]
+    if line and all(char.isprintable() or char in "\t\r" for char in line):
+        kind = "a JSON array or other text" if line.startswith("[") else "text"
+        return f"{kind}, not trace input (starts {line[:_SHOWN_BYTES]!r}); {expected}"
+    return (
+        f"binary data, not trace input (starts {head[:8].hex(' ')}; read as a frame it would be "
+        f"{size:,} bytes, over the record limit); {expected}"
+    )
 
 
 def _read_exact(content: _Peekable, size: int) -> bytes:
