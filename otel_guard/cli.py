@@ -30,6 +30,7 @@ from typing import IO, Any, Final
 
 from otel_guard.reducer import BATCH_THRESHOLD, THRESHOLD, parse_mode
 from otel_guard.replay.reader import MalformedInput, TraceReader
+from otel_guard.replay.recorded import ID_CHARS_LIMIT
 from otel_guard.replay.replayer import (
     DEFAULT_MAX_OPEN_TRACES,
     DEFAULT_MAX_TRACE_SPANS,
@@ -345,6 +346,7 @@ _BOUND_VALUES = {
     "report_groups": GROUP_LIMIT,
     "report_days": DAY_LIMIT,
     "timeline": TIMELINE_LIMIT,
+    "prompt_ids": ID_CHARS_LIMIT,
 }
 
 

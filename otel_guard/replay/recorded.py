@@ -8,6 +8,7 @@ their spans from these, and neither imports the other.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Final
 
@@ -24,8 +25,11 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
+from otel_guard.spans import attributes as attr
+
 __all__ = [
     "CACHE_LIMIT",
+    "ID_CHARS_LIMIT",
     "KINDS",
     "OK_STATUS",
     "STATUS",
@@ -36,6 +40,8 @@ __all__ = [
     "OtherSignal",
     "RecordedSpan",
     "Shape",
+    "bound_ids",
+    "bounded_id",
     "span_context",
 ]
 
@@ -173,3 +179,33 @@ class OtherSignal(Exception):
     def __init__(self, signal: str) -> None:
         super().__init__(signal)
         self.signal = signal
+
+
+ID_CHARS_LIMIT: Final = 512
+"""The longest prompt or conversation ID a replay keeps as written. A longer one is kept as
+:func:`bounded_id` gives it, so what a replay buffers and reports does not grow with ID length."""
+
+_ID_PREFIX_CHARS: Final = 64
+_ID_KEYS: Final = (attr.PROMPT_ID, attr.CONVERSATION_ID)
+
+
+def bounded_id(text: str) -> str:
+    """``text`` when it is at most :data:`ID_CHARS_LIMIT` characters; else its first 64
+    characters, ``~sha256:`` and 32 hex digits of its SHA-256 (the same for the same ID, distinct
+    for distinct ones, short enough to be kept as is)."""
+    if len(text) <= ID_CHARS_LIMIT:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{text[:_ID_PREFIX_CHARS]}~sha256:{digest}"
+
+
+def bound_ids(attributes: dict[str, AttributeValue]) -> int:
+    """Replace over-long prompt and conversation IDs in ``attributes`` by :func:`bounded_id`;
+    returns how many were replaced."""
+    replaced = 0
+    for key in _ID_KEYS:
+        value = attributes.get(key)
+        if type(value) is str and len(value) > ID_CHARS_LIMIT:
+            attributes[key] = bounded_id(value)
+            replaced += 1
+    return replaced

@@ -74,6 +74,7 @@ from otel_guard.reducer import (
     reduce_with_thresholds,
 )
 from otel_guard.replay.otlp_json import Skipped
+from otel_guard.replay.recorded import Attributes, bound_ids, bounded_id
 from otel_guard.replay.report import (
     BOUNDS,
     DAY_LIMIT,
@@ -797,6 +798,10 @@ class Replayer:
                     continue
                 if start < trace.start:
                     trace.start = start
+                store = span._attributes
+                if type(store) is Attributes and bound_ids(store):
+                    # Buffered spans keep a fixed-size digest of an over-long ID, not the ID.
+                    self.report.bounds["prompt_ids"] += 1
                 parent = span._parent
                 buffered[key] = (
                     span,
@@ -851,8 +856,9 @@ class Replayer:
         return self._decided.get(trace_id)
 
     def owns_key(self, key: str) -> bool:
-        """Whether this replayer replays the prompt named ``key``."""
-        return self._owns_bytes(key.encode("utf-8", "replace"))
+        """Whether this replayer replays the prompt named ``key`` (as the spans of it name it once
+        buffered: an over-long ID by its digest)."""
+        return self._owns_bytes(bounded_id(key).encode("utf-8", "replace"))
 
     def decide(self, trace_id: int, owned: bool) -> None:
         """Record the owner of a trace not yet replayed, decided by its first prompt key."""

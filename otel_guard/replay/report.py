@@ -94,6 +94,8 @@ BOUNDS: Final[Mapping[str, str]] = {
     "groups than the bound",
     "report_days": "a batch was counted under day 'other': more days than the bound",
     "timeline": "a decision was left out of the timeline: more hour buckets than the bound",
+    "prompt_ids": "a span's prompt or conversation ID was kept as its digest (its first 64 "
+    "characters and SHA-256): longer than the bound",
 }
 """Bounds that keep a replay's memory independent of its input, by report key."""
 
