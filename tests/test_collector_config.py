@@ -286,7 +286,7 @@ def test_prometheus_exporter_turns_resource_attributes_into_labels(
 def test_pipelines_exist_and_reference_defined_components(otelcol: dict[str, Any]) -> None:
     service = otelcol["service"]
     pipelines = service["pipelines"]
-    assert sorted(pipelines) == ["logs", "metrics", "traces"]
+    assert sorted(pipelines) == ["logs", "metrics", "traces", "traces/replay"]
     for name, pipeline in pipelines.items():
         for kind in ("receivers", "processors", "exporters"):
             assert pipeline[kind], (name, kind)
@@ -297,12 +297,13 @@ def test_pipelines_exist_and_reference_defined_components(otelcol: dict[str, Any
         assert processors[-1] == "batch", name
         assert "transform/sensitive" in processors, name
     # GenAI spans get the allow-list first; the deny-list skips them, so it must come after.
-    assert pipelines["traces"]["processors"] == [
-        "memory_limiter",
-        "transform/genai",
-        "transform/sensitive",
-        "batch",
-    ]
+    for traces in ("traces", "traces/replay"):
+        assert pipelines[traces]["processors"] == [
+            "memory_limiter",
+            "transform/genai",
+            "transform/sensitive",
+            "batch",
+        ]
     for extension in service["extensions"]:
         assert extension in otelcol["extensions"]
     used = {
@@ -313,6 +314,16 @@ def test_pipelines_exist_and_reference_defined_components(otelcol: dict[str, Any
     }
     defined = {c for kind in ("receivers", "processors", "exporters") for c in otelcol[kind]}
     assert defined == used
+
+
+def test_the_traces_replay_reads_are_written_by_a_file_exporter(otelcol: dict[str, Any]) -> None:
+    exporter = otelcol["exporters"]["file/replay"]
+    # Keys of the contrib file exporter only; replay reads both its formats and zstd.
+    assert set(exporter) <= {"path", "format", "compression", "rotation", "flush_interval"}
+    assert exporter["format"] in ("json", "proto") and exporter["compression"] == "zstd"
+    assert exporter["path"].startswith("${env:OTELCOL_REPLAY_TRACES_PATH:-")
+    assert set(exporter["rotation"]) <= {"max_megabytes", "max_days", "max_backups", "localtime"}
+    assert otelcol["service"]["pipelines"]["traces/replay"]["exporters"] == ["file/replay"]
 
 
 # -- Prometheus rules and the dashboard ------------------------------------------------------
