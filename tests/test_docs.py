@@ -216,6 +216,63 @@ def test_python_example_runs_as_a_script(
         assert result.stdout == expected, f"{block.where} printed something else"
 
 
+def _rollout_gate() -> Block:
+    """The runbook's gate script: the Python block of docs/rollout.md that runs the replay."""
+    (gate,) = [
+        block
+        for block, _ in EXAMPLES
+        if block.path.name == "rollout.md" and '"replay", "--format", "json"' in block.code
+    ]
+    return gate
+
+
+def _run_gate(*files: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != MODE_ENV_VAR}
+    return subprocess.run(
+        [sys.executable, "-c", _rollout_gate().code, *files],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_runbooks_gate_passes_on_good_traces() -> None:
+    result = _run_gate("examples/demo-traces.jsonl")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "gate: pass" in result.stdout and "review: prompt-loop trace " in result.stdout
+
+
+def test_the_runbooks_gate_fails_without_a_traceback_on_bad_inputs(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    broken = tmp_path / "broken.jsonl"
+    demo = (ROOT / "examples" / "demo-traces.jsonl").read_text(encoding="utf-8").splitlines()
+    broken.write_text(demo[0] + "\n{not json\n", encoding="utf-8")
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(
+        '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "'
+        + "1" * 32
+        + '", "spanId": "'
+        + "2" * 16
+        + '", "name": "GET /", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}]}]}]}\n',
+        encoding="utf-8",
+    )
+    cases = {
+        str(tmp_path / "missing.jsonl"): (1, "cannot read (No such file or directory)"),
+        str(empty): (3, "no spans read"),
+        str(broken): (1, f"{broken}:2: invalid JSON"),
+        str(plain): (4, "no prompt the guard can read"),
+    }
+    for path, (status, said) in cases.items():
+        result = _run_gate(path)
+        assert result.returncode == status, (path, result.stderr)
+        assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert "gate: FAIL: " in result.stdout
+
+
 def test_the_readme_shows_a_registration_example_with_its_output() -> None:
     readme = [block for block, expected in EXAMPLES if block.path.name == "README.md"]
     assert readme, "the README has no runnable Python example"
