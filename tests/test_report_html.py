@@ -56,9 +56,11 @@ def write_trace_file(path: Path) -> Path:
     return path
 
 
-def open_page(path: Path) -> dict[str, Any]:
+def open_page(path: Path, screenshot: Path | None = None) -> dict[str, Any]:
     """Load the page from disk with every network request refused; what the browser saw."""
     seen: dict[str, Any] = {"errors": [], "requests": []}
+    if screenshot is not None:
+        seen["screenshot"] = str(screenshot)
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -91,6 +93,25 @@ def open_page(path: Path) -> dict[str, Any]:
             seen["markers"] = page.locator(".js-plotly-plot .scatterlayer .point").count()
             seen["pwned"] = page.evaluate("window.pwned === undefined ? null : window.pwned")
             seen["text"] = page.inner_text("body")
+            seen["verdict"] = page.inner_text("#verdict")
+            seen["verdict_class"] = page.get_attribute("#verdict", "class")
+            seen["cuts"] = page.locator(".cut").all_inner_texts()
+            seen["layouts"] = page.evaluate(
+                "Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => ({"
+                "annotations: (p.layout.annotations || []).map(a => a.text),"
+                "shapes: (p.layout.shapes || []).map(s => [s.type, s.x0]),"
+                "yaxes: Object.keys(p._fullLayout).filter(k => /^yaxis/.test(k)).map(k => ({"
+                "  domain: p._fullLayout[k].domain, overlaying: p._fullLayout[k].overlaying,"
+                "  ticks: (p._fullLayout[k]._vals || []).map(v => v.x)})),"
+                "xaxis: p._fullLayout.xaxis.type"
+                "}))"
+            )
+            seen["first_line"] = page.evaluate(
+                "document.body.firstElementChild && document.body.firstElementChild.id"
+            )
+            if "screenshot" in seen:
+                page.set_viewport_size({"width": 1300, "height": 900})
+                page.screenshot(path=seen["screenshot"], full_page=True)
         finally:
             browser.close()
     return seen
@@ -120,3 +141,52 @@ def test_the_html_report_draws_its_plots_offline_without_console_errors(
     assert seen["markers"] > 0
     assert seen["pwned"] is None  # the hostile prompt ID stayed data
     assert "self-recovered after would_stop\t1" in seen["text"]
+
+    # The verdict comes first, and says the gate passed.
+    assert seen["first_line"] == "verdict"
+    assert seen["verdict"].startswith("verdict: PASS (invariants 0, inputs read completely")
+    assert "pass" in seen["verdict_class"]
+    _, sweep_layout, _ = seen["layouts"]
+    # The live threshold is marked on both panels of the sweep.
+    assert "live threshold 8" in sweep_layout["annotations"]
+    assert sweep_layout["shapes"] == [["line", 8], ["line", 8]]
+    # Prompts and saved calls on y axes of their own that do not overlap, ticking whole numbers.
+    first, second = sweep_layout["yaxes"][:2]
+    assert first["overlaying"] in (None, False, "") and second["overlaying"] in (None, False, "")
+    assert first["domain"][0] >= second["domain"][1] or second["domain"][0] >= first["domain"][1]
+    for layout in seen["layouts"][:2]:
+        for axis in layout["yaxes"]:
+            assert all(float(tick).is_integer() for tick in axis["ticks"]), axis
+    assert seen["layouts"][0]["xaxis"] == "date"
+    assert "Per environment and version" in seen["text"]
+
+
+def test_the_html_report_says_what_it_cut_and_when_the_input_stopped_early(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness = Harness(mode="shadow")
+    for index in range(25):
+        prompt = harness.start_prompt(f"loop-{index}")
+        for calls in [[FAIL] * 4] * 4:
+            harness.batch(f"loop-{index}", calls, parent=prompt)
+        prompt.end()
+    spans = list(harness.span_exporter.get_finished_spans())
+    trace_file = tmp_path / "t.jsonl"
+    trace_file.write_text(json.dumps(encode_request(spans)) + "\n{broken\n", encoding="utf-8")
+    page_path = tmp_path / "report.html"
+    code = main(["replay", "--html", str(page_path), str(trace_file)])
+    assert code == 1, capsys.readouterr().err
+    seen = open_page(page_path, tmp_path / "cut.png")
+    assert seen["errors"] == [] and seen["requests"] == []
+    assert seen["verdict"].startswith("verdict: FAIL, exit 1 (input stopped early: ")
+    assert "fail" in seen["verdict_class"]
+    inputs = [line for line in seen["text"].splitlines() if line.startswith("inputs: ")]
+    assert inputs == [
+        f"inputs: {trace_file}; input stopped early: {trace_file}:2: invalid JSON"
+        " (Expecting property name enclosed in double quotes at column 2)"
+    ]
+    assert seen["cuts"] == [
+        "20 of 25 shown; 5 more (the JSON report lists the earliest 100).",
+        "20 of 25 would-stop and stopped prompts drawn (the earliest); 5 more not drawn.",
+    ]
+    assert (tmp_path / "cut.png").stat().st_size > 0

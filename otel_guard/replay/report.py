@@ -49,12 +49,17 @@ __all__ = [
     "Verdict",
     "day_of",
     "empty_tally",
+    "false_stop_text",
     "hour_of",
+    "inputs_text",
+    "is_complete",
     "merge_reports",
     "printable",
     "render_text",
     "unreadable",
     "verdict",
+    "verdict_line",
+    "verdict_text",
 ]
 
 GROUP_KEYS: Final = (DEPLOYMENT_ENVIRONMENT_NAME, SERVICE_VERSION)
@@ -494,7 +499,8 @@ SAMPLE_SHOWN: Final = 10
 """Prompts named per sample in the text report; the rest are counted."""
 
 
-def _verdict_text(document: Mapping[str, Any]) -> str:
+def verdict_text(document: Mapping[str, Any]) -> str:
+    """The verdict line of a report: as the command judged it, when it did."""
     gate = document.get("verdict")
     if isinstance(gate, Mapping):  # as the command judged it (it knows --allow-empty)
         rate = false_stop_text(document)
@@ -507,7 +513,8 @@ def _verdict_text(document: Mapping[str, Any]) -> str:
     return verdict_line(document)
 
 
-def _inputs_text(document: Mapping[str, Any]) -> str:
+def inputs_text(document: Mapping[str, Any]) -> str:
+    """The inputs of a report, and whether they were read whole."""
     files = [printable(path) for path in document.get("files", [])]
     shown = ", ".join(files[:5]) + (f" (+{len(files) - 5} more)" if len(files) > 5 else "")
     if is_complete(document):
@@ -581,7 +588,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     totals, samples, sweep, bounds, invariants."""
     lines: list[str] = []
     if "files" in document:  # a replay's or merge's report, not the demo's
-        lines.extend([_verdict_text(document), _inputs_text(document), ""])
+        lines.extend([verdict_text(document), inputs_text(document), ""])
     groups = document.get("groups", [])
     if groups:
         lines.extend(_group_table(groups))
