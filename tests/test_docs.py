@@ -221,7 +221,7 @@ def _rollout_gate() -> Block:
     (gate,) = [
         block
         for block, _ in EXAMPLES
-        if block.path.name == "rollout.md" and '"replay", "--format", "json"' in block.code
+        if block.path.name == "rollout.md" and 'report["verdict"]' in block.code
     ]
     return gate
 
