@@ -104,6 +104,8 @@ TARGETS: dict[str, Target] = {
         (
             "otel_guard/replay/otlp_json.py",
             "otel_guard/replay/otlp_proto.py",
+            "otel_guard/replay/recorded.py",
+            "otel_guard/replay/reader.py",
             "otel_guard/replay/trace_input.py",
         ),
         (
@@ -112,6 +114,7 @@ TARGETS: dict[str, Target] = {
             "tests/test_otlp_json_writer.py",
             "tests/test_trace_input.py",
             "tests/test_otlp_proto.py",
+            "tests/test_replay_ids.py",
         ),
         3600,
     ),

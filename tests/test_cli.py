@@ -137,7 +137,7 @@ def test_demo_reports_what_stopping_would_save_in_shadow(
 ) -> None:
     _, out, _ = run(capsys, "demo")
     assert "would-stop prompts, 2: prompt-loop (8 calls after) trace " in out
-    assert "would-warn prompts (shadow: nothing was warned), 3: prompt-loop," in out
+    assert "would-warn prompts (not warned), 3: prompt-loop," in out
     assert "warned prompts" not in out
     assert "  stopped prompts:" not in out
 

@@ -550,7 +550,7 @@ def _group_table(groups: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 _SAMPLE_TITLES: Final = {
-    "would_warn": "would-warn prompts (shadow: nothing was warned)",
+    "would_warn": "would-warn prompts (not warned)",
     "warned": "warned prompts",
     "would_stop": "would-stop prompts",
     "stopped": "stopped prompts",
