@@ -370,13 +370,31 @@ def _output(document: dict[str, Any], output_format: str, html: str | None, stat
         except OSError as error:
             print(f"{html}: cannot write ({error.strerror or error})", file=sys.stderr)
             status = status or EXIT_INPUT
-    if output_format == "json":
-        print(json.dumps(document, indent=2))
-    else:
-        print(render_text(document))
-        if document.get("error") is not None:
-            print(f"input stopped early: {printable(document['error'])}")
+    try:
+        if output_format == "json":
+            print(json.dumps(document, indent=2))
+        else:
+            print(render_text(document))
+            if document.get("error") is not None:
+                print(f"input stopped early: {printable(document['error'])}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader of the report went away (``| head``): the gate's status still holds.
+        _silence_stdout()
     return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of a closed pipe does
+    not print an error at exit."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _html_available() -> bool:

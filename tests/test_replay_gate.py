@@ -4,10 +4,13 @@ and ``merge`` takes only reports a replay could have written."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_replay_report import LOOP, record, spans_of, write_lines
 
 from otel_guard.cli import main
 from otel_guard.replay.report import verdict
@@ -222,3 +225,30 @@ def test_merge_refuses_more_days_than_a_replay_keeps(
     code, out, err = _run(capsys, "merge", _write(tmp_path / "days.json", report))
     assert (code, out) == (1, "")
     assert err.endswith(": by_day: more than 3,661 days\n")
+
+
+def test_a_reader_that_closes_the_pipe_early_does_not_turn_a_failure_into_success(
+    tmp_path: Path,
+) -> None:
+    # Reports larger than a pipe holds (64 KiB), so the writer meets the closed pipe.
+    big = write_lines(
+        tmp_path / "loops.jsonl", spans_of(record({f"p{i}": LOOP for i in range(150)}))
+    )
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(big.read_text(encoding="utf-8") + "{broken\n", encoding="utf-8")
+    command = [sys.executable, "-m", "otel_guard", "replay", "--format", "json", "--sweep"]
+    for path, status in ((cut, 1), (big, 0)):
+        with subprocess.Popen(
+            [*command, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        ) as replay:
+            assert replay.stdout is not None and replay.stderr is not None
+            replay.stdout.read(1)
+            replay.stdout.close()  # as `| head -c 1` does
+            err = replay.stderr.read().decode()
+        assert replay.returncode == status, err
+        assert len(_full_report(command, path)) > 80 * 1024  # more than a pipe holds
+        assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def _full_report(command: list[str], path: Path) -> str:
+    return subprocess.run([*command, str(path)], capture_output=True, text=True, check=False).stdout

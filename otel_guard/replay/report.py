@@ -482,7 +482,8 @@ def verdict_line(document: Mapping[str, Any], *, allow_empty: bool = False) -> s
     rate = false_stop_text(document)
     if result.passed:
         return f"verdict: PASS (invariants 0, {inputs}, false-stop estimate {rate})"
-    return f"verdict: FAIL, exit {result.status} ({'; '.join(result.reasons)}; {rate} false stops)"
+    reasons = printable("; ".join(result.reasons))
+    return f"verdict: FAIL, exit {result.status} ({reasons}); false-stop estimate {rate}"
 
 
 def false_stop_text(tally: Mapping[str, Any]) -> str:
@@ -491,7 +492,7 @@ def false_stop_text(tally: Mapping[str, Any]) -> str:
     stops = int(tally.get("prompts_would_stop", 0))
     recovered = int(tally.get("self_recovered_after_would_stop", 0))
     if not stops:
-        return "- (0 of 0)"
+        return "n/a (no would-stop prompt)"
     return f"{100 * recovered / stops:.1f}% ({recovered} of {stops})"
 
 
@@ -508,7 +509,8 @@ def verdict_text(document: Mapping[str, Any]) -> str:
             return verdict_line(document, allow_empty=True)
         reasons = "; ".join(str(r) for r in gate.get("reasons", []))
         return (
-            f"verdict: FAIL, exit {gate.get('status')} ({printable(reasons)}; {rate} false stops)"
+            f"verdict: FAIL, exit {gate.get('status')} ({printable(reasons)});"
+            f" false-stop estimate {rate}"
         )
     return verdict_line(document)
 
