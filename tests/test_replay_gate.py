@@ -252,3 +252,18 @@ def test_a_reader_that_closes_the_pipe_early_does_not_turn_a_failure_into_succes
 
 def _full_report(command: list[str], path: Path) -> str:
     return subprocess.run([*command, str(path)], capture_output=True, text=True, check=False).stdout
+
+
+def test_merge_refuses_a_report_larger_than_the_limit_before_decoding_it(
+    report: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from otel_guard.replay import report_schema
+
+    monkeypatch.setattr(report_schema, "MAX_REPORT_BYTES", 1 << 20)
+    report["padding"] = "x" * (1 << 20)
+    path = _write(tmp_path / "big.json", report)
+    code, out, err = _run(capsys, "merge", path)
+    assert (code, out, err) == (1, "", f"{path}: larger than 1 MiB, the limit of a report\n")

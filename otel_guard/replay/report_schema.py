@@ -38,9 +38,9 @@ __all__ = ["COUNT_LIMIT", "MAX_REPORT_BYTES", "InvalidReport", "load_report", "v
 COUNT_LIMIT: Final = 2**53
 """The largest count a report may carry: the largest integer every JSON reader keeps exact."""
 
-MAX_REPORT_BYTES: Final = 256 * 1024 * 1024
-"""The largest report file read: far above what the bounds of a replay let it write (tens of
-megabytes at most), far below what would strain a machine."""
+MAX_REPORT_BYTES: Final = 64 * 1024 * 1024
+"""The largest report file read: four times what the bounds of a replay let it write (about 16 MB,
+indented, with every group, day and hour bucket full), far below what would strain a machine."""
 
 _MODES: Final = frozenset({"off", "shadow", "warn", "enforce"})
 _NAME_LIMIT: Final = 64
