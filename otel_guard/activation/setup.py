@@ -53,6 +53,7 @@ from opentelemetry.util._once import Once
 
 from otel_guard.guard.dispatch import guarded_tracer_provider
 from otel_guard.guard.processor import GuardSpanProcessor
+from otel_guard.privacy.log_redaction import RedactingLogExporter
 from otel_guard.privacy.redaction import RedactingSpanExporter
 
 __all__ = [
@@ -176,6 +177,7 @@ def install_guard(
     metric_readers: Iterable[MetricReader] = (),
     export_spans: bool | None = None,
     fused_dispatch: bool = True,
+    export_log_bodies: bool | None = None,
 ) -> GuardInstallation:
     """Install the guard with exporters, in a fresh process or one whose SDK is already set up.
 
@@ -186,8 +188,13 @@ def install_guard(
       ``extra_patterns``, ``allow_keys``, ``pseudonym_key`` as for it).
     * Guard metrics go through a ``PeriodicExportingMetricReader`` (interval from
       ``OTEL_METRIC_EXPORT_INTERVAL``) per exporter of ``OTEL_METRICS_EXPORTER``, and through
-      ``metric_readers`` (a Prometheus reader, say); guard logs through a
-      ``BatchLogRecordProcessor`` per exporter of ``OTEL_LOGS_EXPORTER``.
+      ``metric_readers`` (a Prometheus reader, say); log records (the guard's and any other
+      the logger provider carries) through a ``BatchLogRecordProcessor`` per exporter of
+      ``OTEL_LOGS_EXPORTER``, each behind a :class:`RedactingLogExporter` with the spans' policy.
+      Bodies of records that are not GenAI records are exported only with
+      ``export_log_bodies=True`` (None: the ``OTEL_GUARD_EXPORT_LOG_BODIES`` variable decides;
+      off when unset). A joined ``LoggerProvider`` keeps its own log export, unredacted by the
+      guard, with a warning.
     * ``resource`` defaults to ``Resource.create()`` (``OTEL_RESOURCE_ATTRIBUTES``,
       ``OTEL_SERVICE_NAME``).
     * ``protocol`` is ``http/protobuf`` or ``grpc``; when omitted each signal reads
@@ -244,11 +251,25 @@ def install_guard(
     if isinstance(existing_loggers, LoggerProvider):
         logger_provider = existing_loggers
         joined.add("logs")
+        _logger.warning(
+            "otel_guard: joined the global LoggerProvider that is already set; its existing log "
+            "export is not redacted by the guard (wrap its exporters in RedactingLogExporter, "
+            "or start with OTEL_PYTHON_DISTRO=otel_guard)"
+        )
     else:
         logger_provider = LoggerProvider(resource=resource)
         for name in _exporter_names("logs"):
             logger_provider.add_log_record_processor(
-                BatchLogRecordProcessor(_log_exporter(name, _protocol("logs", protocol)))
+                BatchLogRecordProcessor(
+                    RedactingLogExporter(
+                        _log_exporter(name, _protocol("logs", protocol)),
+                        extra_keys=extra_keys,
+                        extra_patterns=extra_patterns,
+                        allow_keys=allow_keys,
+                        pseudonym_key=pseudonym_key,
+                        export_bodies=export_log_bodies,
+                    )
+                )
             )
 
     guard = GuardSpanProcessor(

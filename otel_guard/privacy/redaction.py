@@ -197,6 +197,21 @@ class RedactingSpanExporter(SpanExporter):
 
     # -- attributes ------------------------------------------------------------------------
 
+    def redact_attributes(
+        self, attributes: Mapping[str, Any] | None, *, genai: bool, dropped: int = 0
+    ) -> tuple[BoundedAttributes, list[str]]:
+        """The attributes this exporter keeps of ``attributes`` (by the GenAI allow-list when
+        ``genai``, else by the deny-list; a deployment's ``allow_keys`` replaces both), with the
+        string values it removed, for searching names that may hold them. The log record
+        exporter applies spans' policy to records through this."""
+        removed: list[str] = []
+        genai = genai and self._allow is None
+        return self._filter(attributes, genai, removed, dropped), removed
+
+    def redact_resource(self, resource: Resource) -> Resource:
+        """``resource`` without its sensitive keys (the same object when it has none)."""
+        return self._resource(resource)
+
     def _filter(
         self,
         attributes: Mapping[str, Any] | None,

@@ -32,6 +32,7 @@ __all__ = [
     "ERROR_TYPE_KEYS",
     "GENAI_ALLOWED_KEYS",
     "GENAI_ALLOWED_PATTERNS",
+    "GENAI_CONTENT_EVENTS",
     "GENAI_MARKER_KEYS",
     "GENAI_NAMESPACES",
     "MODEL_OPERATIONS",
@@ -309,6 +310,23 @@ GENAI_MARKER_KEYS: Final[tuple[str, ...]] = (
 prefix in a condition, so it recognises GenAI spans by these; the process uses the prefixes."""
 
 _NAMESPACE_PREFIXES: Final = tuple(GENAI_NAMESPACES)
+
+GENAI_CONTENT_EVENTS: Final[frozenset[str]] = frozenset(
+    {
+        "gen_ai.client.inference.operation.details",
+        "gen_ai.user.message",
+        "gen_ai.system.message",
+        "gen_ai.assistant.message",
+        "gen_ai.tool.message",
+        "gen_ai.choice",
+        "gen_ai.content.prompt",
+        "gen_ai.content.completion",
+        "gen_ai.evaluation.result",
+    }
+)
+"""Event names of the GenAI conventions whose records (or span events) carry content in their
+attributes or body. They are in the ``gen_ai.`` namespace, so :func:`is_genai_key` is true for
+each; they are listed for the log record exporter's documentation and tests."""
 
 
 def is_genai_key(key: str) -> bool:
