@@ -668,6 +668,15 @@ _LIVE: weakref.WeakSet[GuardTelemetry] = weakref.WeakSet()
 
 
 def _reset_after_fork() -> None:
+    global _SHARED_COUNTS_LOCK
+    # Locks another thread of the parent may have held at the fork are made anew: the shared
+    # table's, each table's, then each telemetry's own.
+    _SHARED_COUNTS_LOCK = threading.Lock()
+    tables = {id(counts): counts for counts in list(_SHARED_COUNTS.values())}
+    for telemetry in list(_LIVE):
+        tables[id(telemetry._counts)] = telemetry._counts
+    for counts in tables.values():
+        counts.lock = threading.Lock()
     for telemetry in list(_LIVE):
         telemetry._after_fork_in_child()
 

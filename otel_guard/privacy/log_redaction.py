@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -100,6 +101,7 @@ class RedactingLogExporter(LogRecordExporter):
         )
         self._bodies = log_bodies(export_bodies)
         self._lock = threading.Lock()
+        _LIVE.add(self)
         self._dropped_records = 0
 
     @property
@@ -197,3 +199,16 @@ def _is_genai(event_name: str | None, attributes: Mapping[str, Any]) -> bool:
     if event_name and (event_name in GENAI_CONTENT_EVENTS or is_genai_key(event_name)):
         return True
     return any(is_genai_key(key) for key in attributes)
+
+
+_LIVE: weakref.WeakSet[RedactingLogExporter] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    # The export worker of the parent may have held a lock at the fork; the child's is new.
+    for exporter in list(_LIVE):
+        exporter._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reset_after_fork)

@@ -8,8 +8,10 @@ modified: every exported span is a new :class:`~opentelemetry.sdk.trace.Readable
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -99,6 +101,7 @@ class RedactingSpanExporter(SpanExporter):
         self._cache: dict[tuple[bool, str], bool] = {}
         self._resources: dict[int, tuple[Resource, Resource]] = {}
         self._lock = threading.Lock()
+        _LIVE.add(self)
         self._dropped_spans = 0
 
     @property
@@ -389,3 +392,16 @@ def _collect_strings(value: Any, into: list[str]) -> None:
             into.append(value)
     elif isinstance(value, (list, tuple)):
         into.extend(v for v in value if isinstance(v, str) and v)
+
+
+_LIVE: weakref.WeakSet[RedactingSpanExporter] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    # The export worker of the parent may have held a lock at the fork; the child's is new.
+    for exporter in list(_LIVE):
+        exporter._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reset_after_fork)
