@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Literal, cast
 
 from opentelemetry import _logs, metrics, trace
@@ -130,11 +131,19 @@ class GuardInstallation:
         self._shutdown = False
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Export everything buffered in the three pipelines; False if any did not finish."""
-        spans = self.tracer_provider.force_flush(timeout_millis)
-        logs = self.logger_provider.force_flush(timeout_millis)
-        points = self.meter_provider.force_flush(timeout_millis)
-        return spans and logs and points
+        """Export what the three pipelines buffered when called, traces first (their end hands
+        the guard's last records to the logs), within ``timeout_millis`` in all; False if any
+        did not finish in time.
+
+        The SDK's batch processors export until their queue is empty whatever the timeout, so
+        with agent threads still producing (or an exporter that hangs) their flush may not end:
+        each runs on a helper thread, waited for until the deadline, and left to finish there.
+        """
+        deadline = time.monotonic() + max(0, timeout_millis) / 1000
+        return all(
+            _flush_within(provider.force_flush, deadline)
+            for provider in (self.tracer_provider, self.logger_provider, self.meter_provider)
+        )
 
     def shutdown(self) -> None:
         """Flush and shut down traces, then logs, then metrics. Idempotent.
@@ -325,6 +334,30 @@ def install_guard(
         joined=frozenset(joined),
         owned_processors=owned,
     )
+
+
+def _flush_within(flush: Callable[[int], bool], deadline: float) -> bool:
+    """Run ``flush(remaining milliseconds)`` on a helper thread; False unless it returned True
+    before ``deadline`` (``time.monotonic()``)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return False
+    outcome: list[bool] = []
+
+    def run() -> None:
+        try:
+            outcome.append(bool(flush(int(remaining * 1000))))
+        except Exception:
+            outcome.append(False)
+
+    helper = threading.Thread(target=run, name="otel_guard flush", daemon=True)
+    try:
+        helper.start()
+    except RuntimeError:  # no new threads (the interpreter is exiting): flush here
+        run()
+        return outcome == [True]
+    helper.join(max(0.0, deadline - time.monotonic()))
+    return outcome == [True]
 
 
 def _has_span_processors(provider: TracerProvider) -> bool:

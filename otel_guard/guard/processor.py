@@ -534,11 +534,13 @@ class GuardSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Hand every pending guard record and count to the logger and meter providers.
 
-        They go on through the providers' own pipelines: flush those to export them. The
-        telemetry's flush never raises (it counts a failed emission as ``telemetry_error``).
+        They go on through the providers' own pipelines: flush those to export them. Records
+        handed over after the call are left to the telemetry's worker, so agent threads that
+        keep ending spans cannot keep the flush going; False when ``timeout_millis`` passed
+        first. The telemetry's flush never raises (it counts a failed emission as
+        ``telemetry_error``).
         """
-        self._telemetry.flush()
-        return True
+        return self._telemetry.flush(timeout_millis)
 
     # -- span handling (hot path ends above) ---------------------------------------------------
 
