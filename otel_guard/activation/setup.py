@@ -39,6 +39,7 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_SDK_DISABLED,
 )
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -64,6 +65,7 @@ __all__ = [
     "GuardInstallation",
     "OTLPProtocol",
     "install_guard",
+    "sdk_disabled",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -187,7 +189,7 @@ def install_guard(
     export_spans: bool | None = None,
     fused_dispatch: bool = True,
     export_log_bodies: bool | None = None,
-) -> GuardInstallation:
+) -> GuardInstallation | None:
     """Install the guard with exporters, in a fresh process or one whose SDK is already set up.
 
     * Spans go through a :class:`GuardSpanProcessor` (``mode`` as for it: the environment decides
@@ -228,10 +230,16 @@ def install_guard(
       guard's skip its hooks; the other processors are called as before. A joined provider keeps
       its own dispatch.
 
+    * ``OTEL_SDK_DISABLED=true`` (case-insensitive) is honoured: nothing is built, no global
+      provider is set, no guard runs, and the return value is None.
+
     Call :meth:`GuardInstallation.shutdown` before the process exits to export what is buffered.
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"unsupported OTLP protocol {protocol!r}; use one of {PROTOCOLS}")
+    if sdk_disabled():
+        _logger.info("otel_guard: %s is true; no guard or provider installed", OTEL_SDK_DISABLED)
+        return None
     if resource is None:
         resource = Resource.create()
     readers = list(metric_readers)
@@ -334,6 +342,11 @@ def install_guard(
         joined=frozenset(joined),
         owned_processors=owned,
     )
+
+
+def sdk_disabled() -> bool:
+    """True when ``OTEL_SDK_DISABLED`` is ``true`` (case-insensitive), as the SDK reads it."""
+    return os.environ.get(OTEL_SDK_DISABLED, "").strip().lower() == "true"
 
 
 def _flush_within(flush: Callable[[int], bool], deadline: float) -> bool:
