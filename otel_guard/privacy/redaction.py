@@ -7,12 +7,15 @@ modified: every exported span is a new :class:`~opentelemetry.sdk.trace.Readable
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from opentelemetry.attributes import BoundedAttributes
@@ -53,6 +56,12 @@ _OPERATION_NAME: Final = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 _WORD: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}")
 _MAX_TOOL_NAME_LENGTH: Final = 256  # longer names are no name to the guard; they stay none
 _CACHE_LIMIT: Final = 4096
+_TRACES_REMEMBERED: Final = 1024  # traces whose removed values name-check their other spans
+_TRACE_NEEDLES: Final = 64  # removed values kept per trace
+_MAX_JSON_LENGTH: Final = 65536  # longer JSON values are searched as text only
+_MAX_JSON_LEAVES: Final = 32
+_MIN_LEAF_LENGTH: Final = 6  # shorter strings inside JSON ("ls", "true") are too common in names
+_HEAD_LENGTH: Final = 12  # a name holding this much of a value's head holds a truncated copy
 _DROP: Final = object()
 
 
@@ -103,6 +112,7 @@ class RedactingSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         _LIVE.add(self)
         self._dropped_spans = 0
+        self._trace_needles: OrderedDict[int, tuple[str, ...]] = OrderedDict()
 
     @property
     def delegate(self) -> SpanExporter:
@@ -151,6 +161,12 @@ class RedactingSpanExporter(SpanExporter):
             for link in span.links
         ]
         needles = _needles(removed)
+        trace_id = span.context.trace_id if span.context is not None else 0
+        if genai:
+            self._remember(trace_id, needles)
+        else:
+            # A plain span below a tool call is often named from the call's content.
+            needles += self._trace_needles.get(trace_id, ())
         events = [
             Event(self._event_name(event.name, genai, needles), kept, event.timestamp)
             for event, kept in filtered_events
@@ -172,13 +188,17 @@ class RedactingSpanExporter(SpanExporter):
         )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        redacted: list[ReadableSpan] = []
+        done: list[ReadableSpan | None] = [None] * len(spans)
         dropped = 0
-        for span in spans:
+        # GenAI spans first: the values removed from a tool call are then known when the plain
+        # spans of its trace (which usually end before it, in the same batch) are named.
+        order = sorted(range(len(spans)), key=lambda i: not _is_genai_safely(spans[i]))
+        for index in order:
             try:
-                redacted.append(self.redact(span))
+                done[index] = self.redact(spans[index])
             except Exception:
                 dropped += 1
+        redacted = [span for span in done if span is not None]
         if dropped:
             with self._lock:
                 self._dropped_spans += dropped
@@ -197,6 +217,18 @@ class RedactingSpanExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._delegate.force_flush(timeout_millis)
+
+    def _remember(self, trace_id: int, needles: list[str]) -> None:
+        """Keep the values removed from a GenAI span for the names of its trace's other spans
+        (bounded: the most recent traces, the longest values)."""
+        if not needles:
+            return
+        with self._lock:
+            known = self._trace_needles.pop(trace_id, ())
+            merged = sorted({*known, *needles}, key=len, reverse=True)[:_TRACE_NEEDLES]
+            self._trace_needles[trace_id] = tuple(merged)
+            while len(self._trace_needles) > _TRACES_REMEMBERED:
+                self._trace_needles.popitem(last=False)
 
     # -- attributes ------------------------------------------------------------------------
 
@@ -353,6 +385,13 @@ def _is_genai(span: ReadableSpan) -> bool:
     )
 
 
+def _is_genai_safely(span: ReadableSpan) -> bool:
+    try:
+        return _is_genai(span)
+    except Exception:  # redact() drops and counts it
+        return False
+
+
 def _fits(rule: AllowedKey, value: Any) -> bool:
     """True when ``value`` has the shape ``rule`` allows."""
     shape = rule.shape
@@ -367,13 +406,41 @@ def _fits(rule: AllowedKey, value: Any) -> bool:
 def _needles(removed: list[str]) -> list[str]:
     """The lower-cased removed values to search names for, with the last part of each path."""
     needles: set[str] = set()
-    for value in removed:
+    for value in _with_json_leaves(removed):
         lowered = value.lower()
         needles.add(lowered)
         base = re.split(r"[/\\]", lowered.rstrip("/\\"))[-1]
         if base != lowered:
             needles.add(base)
+        if len(lowered) > _HEAD_LENGTH:
+            needles.add(lowered[:_HEAD_LENGTH])  # names built from a truncated value
     return [n for n in needles if len(n) >= MIN_NAME_MATCH_LENGTH]
+
+
+def _with_json_leaves(removed: list[str]) -> Iterator[str]:
+    """The removed values, and the strings inside those that are JSON (tool arguments are):
+    a span named from one argument holds that string, not the whole document."""
+    for value in removed:
+        yield value
+        if value[:1] in ("{", "[") and len(value) <= _MAX_JSON_LENGTH:
+            try:
+                document = json.loads(value)
+            except (ValueError, RecursionError):
+                continue
+            leaves = (leaf for leaf in _json_strings(document) if len(leaf) >= _MIN_LEAF_LENGTH)
+            yield from itertools.islice(leaves, _MAX_JSON_LEAVES)
+
+
+def _json_strings(document: Any) -> Iterator[str]:
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def _holds(name: str, needles: list[str]) -> bool:

@@ -29,6 +29,7 @@ from otel_guard.spans import attributes as attr
 
 __all__ = [
     "CLASSIFIED_ERROR_TYPE",
+    "CONTENT_WORDS",
     "ERROR_TYPE_KEYS",
     "GENAI_ALLOWED_KEYS",
     "GENAI_ALLOWED_PATTERNS",
@@ -199,7 +200,63 @@ SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
 )
 """Keys (lower case) that are always removed from a span that is not a GenAI span."""
 
+CONTENT_WORDS: Final[tuple[str, ...]] = (
+    "args",
+    "kwargs",
+    "argv",
+    "arguments",
+    "params",
+    "parameters",
+    "input",
+    "inputs",
+    "output",
+    "outputs",
+    "result",
+    "results",
+    "response",
+    "responses",
+    "reply",
+    "answer",
+    "question",
+    "prompt",
+    "prompts",
+    "completion",
+    "completions",
+    "message",
+    "messages",
+    "msg",
+    "content",
+    "contents",
+    "body",
+    "text",
+    "payload",
+    "data",
+    "query",
+    "sql",
+    "statement",
+    "command",
+    "cmd",
+    "stdout",
+    "stderr",
+    "stdin",
+    "history",
+    "transcript",
+    "instructions",
+    "traceback",
+    "stacktrace",
+    "error",
+    "errors",
+)
+"""Words that name content. A key whose **last word** (split on ``.``, ``_``, ``-``, space,
+``/`` and ``:``) is one of them is content, whatever namespace it is in (``args``,
+``tool_kwargs``, ``user_question``, ``shell.stdout``, ``job-payload``), so keys no list foresaw
+are still removed; a key that only qualifies such a word (``message_count``,
+``http.response.status_code``, ``stdout_bytes``) measures it and is kept."""
+
+_CONTENT_WORD_PATTERN: Final = "(.*[._ /:-])?(" + "|".join(CONTENT_WORDS) + ")"
+
 SENSITIVE_KEY_PATTERNS: Final[tuple[str, ...]] = (
+    _CONTENT_WORD_PATTERN,
     r"gen_ai\.prompt\..+",
     r"gen_ai\.completion\..+",
     r"gen_ai\.tool\.call\.(arguments|result)\..+",
