@@ -54,7 +54,9 @@ MIN_NAME_MATCH_LENGTH: Final = 3
 # Operation names, and the only names a GenAI span or event keeps without an operation name.
 _OPERATION_NAME: Final = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 _WORD: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}")
-_MAX_TOOL_NAME_LENGTH: Final = 256  # longer names are no name to the guard; they stay none
+_MAX_TOOL_NAME_LENGTH: Final = 256
+_FLAG_TEXTS: Final = frozenset({"True", "False", "true", "false"})
+_MAX_ID_LENGTH: Final = 256  # longer IDs are no ID to the guard (processor, GenAI profile)
 _CACHE_LIMIT: Final = 4096
 _TRACES_REMEMBERED: Final = 1024  # traces whose removed values name-check their other spans
 _TRACE_NEEDLES: Final = 64  # removed values kept per trace
@@ -271,7 +273,7 @@ class RedactingSpanExporter(SpanExporter):
             if not genai:
                 return value
             rule = allowed_key(key)
-            return value if rule is None or _fits(rule, value) else _DROP
+            return value if rule is None else self._shaped(rule, value)
         if self._extra(key) or not (genai or self._allow is not None):
             return _DROP
         prefix = PSEUDONYMOUS_KEYS.get(key)
@@ -292,6 +294,31 @@ class RedactingSpanExporter(SpanExporter):
                 return UNCLASSIFIED_ERROR_TYPE
             return value if CLASSIFIED_ERROR_TYPE.fullmatch(value) else _DROP
         return _DROP
+
+    def _shaped(self, rule: AllowedKey, value: Any) -> Any:
+        """``value`` if it has the shape ``rule`` declares, else a content-free value the guard
+        reads the same way, or ``_DROP`` (sensitive.ValueShape says which)."""
+        shape = rule.shape
+        if shape in ("as_is", "count", "word"):
+            return value if _fits(rule, value) else _DROP
+        if shape == "flag":
+            # The SDK records exception.escaped as the text "False"; text is kept as read.
+            flag = type(value) is bool or (type(value) is str and value in _FLAG_TEXTS)
+            return value if flag else _DROP
+        if shape == "vocabulary":
+            return value if type(value) is str and value in rule.values else _DROP
+        if shape == "route":
+            if type(value) is not str:
+                return _DROP
+            return value if value in rule.values else UNCLASSIFIED_ERROR_TYPE
+        if shape == "admitted":
+            return value if type(value) is int and value >= 0 else -1
+        # call_id, conversation_id: opaque identifiers the guard compares.
+        if type(value) is str and len(value) <= _MAX_ID_LENGTH:
+            if value == "" or _WORD.fullmatch(value):
+                return value
+            return self._pseudonym(value, "call_" if shape == "call_id" else "conv_")
+        return "" if shape == "call_id" else _DROP
 
     def _resource(self, resource: Resource) -> Resource:
         key = id(resource)
