@@ -17,6 +17,7 @@ names; they re-export ``spans.attributes`` and ``guard.telemetry``.
 
 from otel_guard.activation.setup import GuardInstallation, install_guard
 from otel_guard.guard.processor import BatchEvaluation, GuardAction, GuardSpanProcessor
+from otel_guard.privacy.log_redaction import RedactingLogExporter
 from otel_guard.privacy.redaction import RedactingSpanExporter
 from otel_guard.version import __version__
 
@@ -25,6 +26,7 @@ __all__ = [
     "GuardAction",
     "GuardInstallation",
     "GuardSpanProcessor",
+    "RedactingLogExporter",
     "RedactingSpanExporter",
     "__version__",
     "install_guard",

@@ -344,3 +344,95 @@ def test_the_configurator_loaded_unnamed_configures_the_sdk_without_the_guard(
     assert not summary["installed"] and summary["guards"] == 0
     assert summary["sdk"] == "TracerProvider"
     assert '"execute_tool' in stdout  # the SDK's own console export
+
+
+# -- a leftover configurator, OTEL_SDK_DISABLED ------------------------------------------------
+
+RAW_AND_ZERO_CODE = """
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otel_guard.activation.zero_code import installation
+raw = InMemorySpanExporter()  # the spans as made, to prove the canary was in them
+provider = trace.get_tracer_provider()
+if hasattr(provider, "add_span_processor"):
+    provider.add_span_processor(SimpleSpanProcessor(raw))
+run_agent()
+placed = encode_spans(raw.get_finished_spans()).SerializeToString()
+summary(
+    installation(),
+    canary_placed=CANARY.encode() in placed if raw.get_finished_spans() else None,
+    provider=type(provider).__name__,
+)
+"""
+
+
+def test_a_leftover_configurator_never_exports_raw_spans_under_the_guards_name(
+    tmp_path: Path,
+) -> None:
+    _instrument_available()
+    pytest.importorskip("opentelemetry.distro", reason="needs the 'instrument' extra")
+    from test_wire import Receiver
+
+    receiver = Receiver()
+    receiver.start()
+    try:
+        _, stderr, summary = _run(
+            f"CANARY = {CANARY!r}\n" + RAW_AND_ZERO_CODE,
+            {
+                "OTEL_PYTHON_DISTRO": "otel_guard",
+                "OTEL_PYTHON_CONFIGURATOR": "configurator",  # the SDK's, left over
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_METRICS_EXPORTER": "none",
+                "OTEL_LOGS_EXPORTER": "none",
+            },
+            tmp_path,
+            instrument=True,
+        )
+    finally:
+        receiver.stop()
+    assert summary["canary_placed"] is True
+    assert summary["installed"] and summary["guards"] == 1 and summary["own_span_path"]
+    assert "overrides OTEL_PYTHON_CONFIGURATOR='configurator'" in stderr
+    received = b"".join(receiver.bodies["/v1/traces"])
+    assert b"execute_tool" in received  # spans did arrive
+    assert CANARY.encode() not in received
+
+
+def test_the_zero_code_start_honours_otel_sdk_disabled(tmp_path: Path) -> None:
+    _instrument_available()
+    from test_wire import Receiver
+
+    receiver = Receiver()
+    receiver.start()
+    try:
+        _, _, summary = _run(
+            f"CANARY = {CANARY!r}\n" + RAW_AND_ZERO_CODE,
+            {
+                "OTEL_PYTHON_DISTRO": "otel_guard",
+                "OTEL_SDK_DISABLED": "true",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            },
+            tmp_path,
+            instrument=True,
+        )
+    finally:
+        receiver.stop()
+    assert not summary["installed"] and summary["guards"] == 0
+    assert summary["provider"] == "ProxyTracerProvider"  # no SDK provider was built
+    assert all(bodies == [] for bodies in receiver.bodies.values())
+
+
+def test_install_guard_honours_otel_sdk_disabled(tmp_path: Path) -> None:
+    _, _, summary = _run(
+        """
+        from otel_guard import install_guard
+        installation = install_guard()
+        summary(installation, provider=type(trace.get_tracer_provider()).__name__)
+        """,
+        {"OTEL_SDK_DISABLED": "TRUE"},
+        tmp_path,
+    )
+    assert not summary["installed"] and summary["guards"] == 0
+    assert summary["provider"] == "ProxyTracerProvider"

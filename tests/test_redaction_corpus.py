@@ -408,6 +408,65 @@ def test_unknown_keys_on_genai_spans_never_reach_the_wire(
     assert keys <= set(marker)
 
 
+def _log_corpus() -> list[Place]:
+    places = []
+    for key in CONTENT_KEYS:
+        for where, spelled in (
+            ("genai record", key),
+            ("other record", key),
+            ("other record", key.upper()),
+            ("other record", ".".join(part.capitalize() for part in key.split("."))),
+        ):
+            places.append((where, spelled))
+    places += [("genai body", "body"), ("other body", "body")]
+    places += [("resource", key) for key in RESOURCE_KEYS]
+    return [Place(where, key, f"CnryLog{n:03d}Zq") for n, (where, key) in enumerate(places)]
+
+
+LOG_CORPUS = _log_corpus()
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_no_corpus_canary_reaches_the_otlp_bytes_of_log_records(policy: str) -> None:
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import (
+        InMemoryLogRecordExporter,
+        SimpleLogRecordProcessor,
+    )
+
+    from otel_guard import RedactingLogExporter
+
+    resource = {"service.name": "corpus-agent"}
+    resource |= {p.key: p.value() for p in LOG_CORPUS if p.where == "resource"}
+    provider = LoggerProvider(resource=Resource(resource))
+    raw = InMemoryLogRecordExporter()
+    out = InMemoryLogRecordExporter()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(raw))
+    exporter = RedactingLogExporter(out, **POLICIES[policy])
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    logger = provider.get_logger("framework")
+    body = {p.where: p.value() for p in LOG_CORPUS if p.where.endswith("body")}
+    for place in LOG_CORPUS:
+        if place.where == "genai record":
+            logger.emit(
+                LogRecord(
+                    event_name="gen_ai.client.inference.operation.details",
+                    attributes={"gen_ai.operation.name": "chat", place.key: place.value()},
+                    body=body["genai body"],
+                )
+            )
+        elif place.where == "other record":
+            logger.emit(LogRecord(attributes={place.key: place.value()}, body=body["other body"]))
+    provider.shutdown()
+    assert exporter.dropped_records == 0
+    placed = encode_logs(raw.get_finished_logs()).SerializeToString()
+    redacted = encode_logs(out.get_finished_logs()).SerializeToString()
+    assert [p for p in LOG_CORPUS if not any(n in placed for n in _needles(p))] == []
+    assert [p for p in LOG_CORPUS if any(n in redacted for n in _needles(p))] == []
+
+
 if __name__ == "__main__":
     print(f"corpus: {len(CORPUS)} places")
     total = 0

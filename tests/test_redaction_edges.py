@@ -152,10 +152,18 @@ def test_exported_event_attributes_are_read_only() -> None:
         ("gen_ai.request.model", 7, False),
         ("gen_ai.response.finish_reasons", ("stop", "the user said no"), False),
         ("gen_ai.response.finish_reasons", ("stop", 7), False),
-        # as is: what the guard reads and opaque IDs, whatever they hold
+        # as is: the prompt ID, whatever it holds; flags and vocabularies of the guard
         ("acp.prompt.id", "prompt 1 / ü", True),
         ("acp.input.external", True, True),
-        ("gen_ai.tool.call.id", ("call 1", "call 2"), True),
+        ("acp.input.external", "yes, CnryFlagZq", False),
+        ("acp.tool.status", "error", True),
+        ("acp.tool.status", ["CnryStatusZq"], False),
+        ("acp.tool.status", "CnryStatusZq disk full", False),
+        ("acp.tool.type", "mcp", True),
+        ("acp.tool.type", "CnryTypeZq", False),
+        ("gen_ai.conversation.id", "conv-123", True),
+        ("gen_ai.conversation.id", 42, False),
+        ("gen_ai.tool.call.id", "toolu_01ABC", True),
     ],
 )
 def test_a_genai_span_keeps_an_allowed_key_only_when_its_value_has_the_keys_shape(
@@ -315,3 +323,42 @@ def test_the_last_part_of_a_removed_path_is_searched_in_names_even_after_a_trail
         span.set_attribute("file.path", path)
     (exported,) = out.get_finished_spans()
     assert exported.name == REDACTED_SPAN_NAME
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "exported"),
+    [
+        # Rewritten, not dropped: the key's presence or kind is what the guard reads.
+        ("gen_ai.tool.call.id", b"call-1", ""),
+        ("gen_ai.tool.call.id", ("call 1", "call 2"), ""),
+        ("gen_ai.tool.call.id", "x" * 300, ""),
+        ("acp.batch.admitted", "CnryAdmittedZq", -1),
+        ("acp.batch.admitted", True, -1),
+        ("acp.prompt.route", "CnryRouteZq text", "_OTHER"),
+        ("acp.prompt.route", "cron", "cron"),
+    ],
+)
+def test_an_allowed_key_of_the_wrong_shape_is_rewritten_as_the_guard_reads_it(
+    key: str, value: object, exported: object
+) -> None:
+    out = InMemorySpanExporter()
+    attributes = {"gen_ai.operation.name": "chat", key: value}
+    RedactingSpanExporter(out).export([ReadableSpan("chat", attributes=attributes)])  # type: ignore[arg-type]
+    (span,) = out.get_finished_spans()
+    assert dict(span.attributes or {}) == {"gen_ai.operation.name": "chat", key: exported}
+
+
+def test_ids_holding_json_become_pseudonyms_that_keep_equality() -> None:
+    out = InMemorySpanExporter()
+    exporter = RedactingSpanExporter(out, pseudonym_key=b"k")
+    first = '{"user": "CnryConvZq alice"}'
+    spans = [
+        ReadableSpan(
+            "chat", attributes={"gen_ai.operation.name": "chat", "gen_ai.conversation.id": v}
+        )
+        for v in (first, first, '{"user": "bob"}')
+    ]
+    exporter.export(spans)  # type: ignore[arg-type]
+    ids = [dict(s.attributes or {})["gen_ai.conversation.id"] for s in out.get_finished_spans()]
+    assert ids[0] == ids[1] != ids[2]
+    assert all(isinstance(i, str) and i.startswith("conv_") and "Cnry" not in i for i in ids)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -109,14 +110,33 @@ batches = st.tuples(
 prompts = st.lists(st.lists(batches, min_size=1, max_size=6), min_size=1, max_size=3)
 
 
-def _record(tracer: Tracer, sessions: Sequence[Any]) -> None:
+# Values of the wrong shape under allowed keys: (call ID, status, route, admitted) forms.
+ODD_CALL_IDS = (
+    lambda n: f"call-{n}",
+    lambda n: f"call-{n}".encode(),  # bytes
+    lambda n: json.dumps({"id": n, "note": "CnryIdZq"}),  # JSON: a pseudonym, still distinct
+    lambda n: json.dumps({"note": "CnryIdZq"}),  # JSON, equal for every call
+    lambda n: (f"call-{n}", "CnryIdZq"),  # a list
+)
+ODD_STATUSES = (None, ["error", "CnryStatusZq"], "CnryStatusZq text")
+ODD_ROUTES = (None, "cron", "interactive", "CnryRouteZq text", ["cron"])
+ODD_ADMITTED = (None, "CnryAdmittedZq", True, -3)
+
+
+def _record(
+    tracer: Tracer, sessions: Sequence[Any], odd: tuple[int, int, int, int] | None = None
+) -> None:
+    call_id_form, status_form, route_form, admitted_form = odd or (0, 0, 0, 0)
     number = 0
     for p, session in enumerate(sessions):
         prompt_id = f"prompt-{p}"
-        prompt = tracer.start_span(
-            "invoke_agent",
-            attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id},
-        )
+        prompt_attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "acp.prompt.id": prompt_id,
+        }
+        if ODD_ROUTES[route_form] is not None:
+            prompt_attributes["acp.prompt.route"] = ODD_ROUTES[route_form]
+        prompt = tracer.start_span("invoke_agent", attributes=prompt_attributes)
         for batch_calls, reliable, missing in session:
             batch = tracer.start_span(
                 "tool_batch",
@@ -129,8 +149,10 @@ def _record(tracer: Tracer, sessions: Sequence[Any]) -> None:
                 attributes: dict[str, Any] = {
                     "gen_ai.operation.name": "execute_tool",
                     "gen_ai.tool.name": tool,
-                    "gen_ai.tool.call.id": f"call-{number}",
-                    "acp.tool.status": status,
+                    "gen_ai.tool.call.id": ODD_CALL_IDS[call_id_form](number),
+                    "acp.tool.status": status
+                    if ODD_STATUSES[status_form] is None or number % 2 == 0
+                    else ODD_STATUSES[status_form],
                     "gen_ai.tool.call.arguments": '{"cmd": "make"}',
                 }
                 for key, value in (
@@ -153,7 +175,9 @@ def _record(tracer: Tracer, sessions: Sequence[Any]) -> None:
                 span.end()
             batch.set_attributes(
                 {
-                    "acp.batch.admitted": len(spans) + missing,
+                    "acp.batch.admitted": len(spans) + missing
+                    if ODD_ADMITTED[admitted_form] is None
+                    else ODD_ADMITTED[admitted_form],
                     "acp.input.external": False,
                     "acp.input.queued_prompt": False,
                     "acp.input.reliable": reliable,
@@ -192,4 +216,35 @@ def test_generated_loops_replay_to_the_same_report_after_redaction(
     assert OtlpJsonSpanExporter(stream).export(redacted_spans) is SpanExportResult.SUCCESS
     read_back = parse_request(stream.getvalue())
     assert len(read_back) == len(raw_spans)
+    assert _replay(mode, read_back) == _replay(mode, raw_spans)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sessions=prompts,
+    odd=st.tuples(
+        st.integers(0, len(ODD_CALL_IDS) - 1),
+        st.integers(0, len(ODD_STATUSES) - 1),
+        st.integers(0, len(ODD_ROUTES) - 1),
+        st.integers(0, len(ODD_ADMITTED) - 1),
+    ),
+)
+def test_values_of_the_wrong_shape_leave_nothing_and_replay_to_the_same_report(
+    mode: str, sessions: list[Any], odd: tuple[int, int, int, int]
+) -> None:
+    raw = InMemorySpanExporter()
+    redacted = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(raw))
+    provider.add_span_processor(SimpleSpanProcessor(RedactingSpanExporter(redacted)))
+    _record(provider.get_tracer("agent"), sessions, odd)
+    raw_spans, redacted_spans = raw.get_finished_spans(), redacted.get_finished_spans()
+    call_id_form, status_form, route_form, admitted_form = odd
+    if call_id_form >= 2 or status_form >= 1 or route_form == 3 or admitted_form == 1:
+        assert b"Cnry" in encode_spans(raw_spans).SerializeToString()
+    assert b"Cnry" not in encode_spans(redacted_spans).SerializeToString()
+    stream = io.StringIO()
+    assert OtlpJsonSpanExporter(stream).export(redacted_spans) is SpanExportResult.SUCCESS
+    read_back = parse_request(stream.getvalue())
     assert _replay(mode, read_back) == _replay(mode, raw_spans)

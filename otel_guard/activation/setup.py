@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Literal, cast
 
 from opentelemetry import _logs, metrics, trace
@@ -38,6 +39,7 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_SDK_DISABLED,
 )
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -53,6 +55,7 @@ from opentelemetry.util._once import Once
 
 from otel_guard.guard.dispatch import guarded_tracer_provider
 from otel_guard.guard.processor import GuardSpanProcessor
+from otel_guard.privacy.log_redaction import RedactingLogExporter
 from otel_guard.privacy.redaction import RedactingSpanExporter
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "GuardInstallation",
     "OTLPProtocol",
     "install_guard",
+    "sdk_disabled",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -129,11 +133,19 @@ class GuardInstallation:
         self._shutdown = False
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Export everything buffered in the three pipelines; False if any did not finish."""
-        spans = self.tracer_provider.force_flush(timeout_millis)
-        logs = self.logger_provider.force_flush(timeout_millis)
-        points = self.meter_provider.force_flush(timeout_millis)
-        return spans and logs and points
+        """Export what the three pipelines buffered when called, traces first (their end hands
+        the guard's last records to the logs), within ``timeout_millis`` in all; False if any
+        did not finish in time.
+
+        The SDK's batch processors export until their queue is empty whatever the timeout, so
+        with agent threads still producing (or an exporter that hangs) their flush may not end:
+        each runs on a helper thread, waited for until the deadline, and left to finish there.
+        """
+        deadline = time.monotonic() + max(0, timeout_millis) / 1000
+        return all(
+            _flush_within(provider.force_flush, deadline)
+            for provider in (self.tracer_provider, self.logger_provider, self.meter_provider)
+        )
 
     def shutdown(self) -> None:
         """Flush and shut down traces, then logs, then metrics. Idempotent.
@@ -176,7 +188,8 @@ def install_guard(
     metric_readers: Iterable[MetricReader] = (),
     export_spans: bool | None = None,
     fused_dispatch: bool = True,
-) -> GuardInstallation:
+    export_log_bodies: bool | None = None,
+) -> GuardInstallation | None:
     """Install the guard with exporters, in a fresh process or one whose SDK is already set up.
 
     * Spans go through a :class:`GuardSpanProcessor` (``mode`` as for it: the environment decides
@@ -186,8 +199,13 @@ def install_guard(
       ``extra_patterns``, ``allow_keys``, ``pseudonym_key`` as for it).
     * Guard metrics go through a ``PeriodicExportingMetricReader`` (interval from
       ``OTEL_METRIC_EXPORT_INTERVAL``) per exporter of ``OTEL_METRICS_EXPORTER``, and through
-      ``metric_readers`` (a Prometheus reader, say); guard logs through a
-      ``BatchLogRecordProcessor`` per exporter of ``OTEL_LOGS_EXPORTER``.
+      ``metric_readers`` (a Prometheus reader, say); log records (the guard's and any other
+      the logger provider carries) through a ``BatchLogRecordProcessor`` per exporter of
+      ``OTEL_LOGS_EXPORTER``, each behind a :class:`RedactingLogExporter` with the spans' policy.
+      Bodies of records that are not GenAI records are exported only with
+      ``export_log_bodies=True`` (None: the ``OTEL_GUARD_EXPORT_LOG_BODIES`` variable decides;
+      off when unset). A joined ``LoggerProvider`` keeps its own log export, unredacted by the
+      guard, with a warning.
     * ``resource`` defaults to ``Resource.create()`` (``OTEL_RESOURCE_ATTRIBUTES``,
       ``OTEL_SERVICE_NAME``).
     * ``protocol`` is ``http/protobuf`` or ``grpc``; when omitted each signal reads
@@ -212,10 +230,16 @@ def install_guard(
       guard's skip its hooks; the other processors are called as before. A joined provider keeps
       its own dispatch.
 
+    * ``OTEL_SDK_DISABLED=true`` (case-insensitive) is honoured: nothing is built, no global
+      provider is set, no guard runs, and the return value is None.
+
     Call :meth:`GuardInstallation.shutdown` before the process exits to export what is buffered.
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"unsupported OTLP protocol {protocol!r}; use one of {PROTOCOLS}")
+    if sdk_disabled():
+        _logger.info("otel_guard: %s is true; no guard or provider installed", OTEL_SDK_DISABLED)
+        return None
     if resource is None:
         resource = Resource.create()
     readers = list(metric_readers)
@@ -244,11 +268,25 @@ def install_guard(
     if isinstance(existing_loggers, LoggerProvider):
         logger_provider = existing_loggers
         joined.add("logs")
+        _logger.warning(
+            "otel_guard: joined the global LoggerProvider that is already set; its existing log "
+            "export is not redacted by the guard (wrap its exporters in RedactingLogExporter, "
+            "or start with OTEL_PYTHON_DISTRO=otel_guard)"
+        )
     else:
         logger_provider = LoggerProvider(resource=resource)
         for name in _exporter_names("logs"):
             logger_provider.add_log_record_processor(
-                BatchLogRecordProcessor(_log_exporter(name, _protocol("logs", protocol)))
+                BatchLogRecordProcessor(
+                    RedactingLogExporter(
+                        _log_exporter(name, _protocol("logs", protocol)),
+                        extra_keys=extra_keys,
+                        extra_patterns=extra_patterns,
+                        allow_keys=allow_keys,
+                        pseudonym_key=pseudonym_key,
+                        export_bodies=export_log_bodies,
+                    )
+                )
             )
 
     guard = GuardSpanProcessor(
@@ -304,6 +342,35 @@ def install_guard(
         joined=frozenset(joined),
         owned_processors=owned,
     )
+
+
+def sdk_disabled() -> bool:
+    """True when ``OTEL_SDK_DISABLED`` is ``true`` (case-insensitive), as the SDK reads it."""
+    return os.environ.get(OTEL_SDK_DISABLED, "").strip().lower() == "true"
+
+
+def _flush_within(flush: Callable[[int], bool], deadline: float) -> bool:
+    """Run ``flush(remaining milliseconds)`` on a helper thread; False unless it returned True
+    before ``deadline`` (``time.monotonic()``)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return False
+    outcome: list[bool] = []
+
+    def run() -> None:
+        try:
+            outcome.append(bool(flush(int(remaining * 1000))))
+        except Exception:
+            outcome.append(False)
+
+    helper = threading.Thread(target=run, name="otel_guard flush", daemon=True)
+    try:
+        helper.start()
+    except RuntimeError:  # no new threads (the interpreter is exiting): flush here
+        run()
+        return outcome == [True]
+    helper.join(max(0.0, deadline - time.monotonic()))
+    return outcome == [True]
 
 
 def _has_span_processors(provider: TracerProvider) -> bool:

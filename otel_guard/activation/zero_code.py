@@ -10,7 +10,10 @@ The configurator calls :func:`otel_guard.install_guard`, which builds the provid
 those already set) with the redacting span export path, and honours the usual
 ``OTEL_{TRACES,METRICS,LOGS}_EXPORTER`` and ``OTEL_EXPORTER_OTLP_*`` variables. The distro only
 makes sure that the configurator named ``otel_guard`` is the one that runs, so no other
-configurator exports spans unredacted beside it.
+configurator exports spans unredacted beside it: a leftover ``OTEL_PYTHON_CONFIGURATOR`` naming
+another configurator is overridden, with a warning that names it.
+With ``OTEL_SDK_DISABLED=true`` the start builds nothing and installs no guard
+(:func:`installation` stays None), as the SDK's own configurator does.
 
 Entry points (``pyproject.toml``): ``opentelemetry_distro`` and ``opentelemetry_configurator``,
 both named ``otel_guard``. ``opentelemetry-instrument`` loads the first configurator it finds
@@ -20,6 +23,7 @@ as the SDK's own configurator does and starts no guard.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Final
 
@@ -36,6 +40,8 @@ from opentelemetry.sdk._configuration import _BaseConfigurator, _OTelSDKConfigur
 from otel_guard.activation.setup import GuardInstallation, install_guard
 
 __all__ = ["NAME", "GuardConfigurator", "GuardDistro", "installation"]
+
+_logger = logging.getLogger(__name__)
 
 NAME: Final = "otel_guard"
 """The entry point name that ``OTEL_PYTHON_DISTRO`` / ``OTEL_PYTHON_CONFIGURATOR`` select."""
@@ -59,8 +65,21 @@ class GuardDistro(BaseDistro):  # type: ignore[misc, unused-ignore]  # an untype
     """Selected by ``OTEL_PYTHON_DISTRO=otel_guard``: names the guard's configurator."""
 
     def _configure(self, **kwargs: Any) -> None:
-        if os.environ.get(OTEL_PYTHON_DISTRO, "").strip() == NAME:
-            os.environ.setdefault(OTEL_PYTHON_CONFIGURATOR, NAME)
+        if os.environ.get(OTEL_PYTHON_DISTRO, "").strip() != NAME:
+            return
+        other = os.environ.get(OTEL_PYTHON_CONFIGURATOR, "").strip()
+        if other and other != NAME:
+            # Another configurator would export spans unredacted while the operator asked for
+            # the guard: the guard's wins, and says so.
+            _logger.warning(
+                "otel_guard: OTEL_PYTHON_DISTRO=%s overrides OTEL_PYTHON_CONFIGURATOR=%r: the "
+                "guard's configurator runs instead, with redacted export (unset %s to silence "
+                "this)",
+                NAME,
+                other,
+                OTEL_PYTHON_CONFIGURATOR,
+            )
+        os.environ[OTEL_PYTHON_CONFIGURATOR] = NAME
 
 
 class GuardConfigurator(_BaseConfigurator):

@@ -28,8 +28,10 @@ truth test of the profile's (usually empty) table of open GenAI spans.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass
@@ -358,6 +360,7 @@ class GuardSpanProcessor(SpanProcessor):
         self._clock = clock
         self._reduce = reducer  # the replay's what-if swaps in other constants; never live
         self._lock = threading.Lock()
+        _LIVE.add(self)
         # Every prompt with a state, least recently active first (the TTL pops from the front).
         self._prompts: OrderedDict[str, _Prompt] = OrderedDict()
         # The idle ones among them, in the same order: eviction takes the front one.
@@ -531,11 +534,13 @@ class GuardSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Hand every pending guard record and count to the logger and meter providers.
 
-        They go on through the providers' own pipelines: flush those to export them. The
-        telemetry's flush never raises (it counts a failed emission as ``telemetry_error``).
+        They go on through the providers' own pipelines: flush those to export them. Records
+        handed over after the call are left to the telemetry's worker, so agent threads that
+        keep ending spans cannot keep the flush going; False when ``timeout_millis`` passed
+        first. The telemetry's flush never raises (it counts a failed emission as
+        ``telemetry_error``).
         """
-        self._telemetry.flush()
-        return True
+        return self._telemetry.flush(timeout_millis)
 
     # -- span handling (hot path ends above) ---------------------------------------------------
 
@@ -1116,6 +1121,12 @@ class GuardSpanProcessor(SpanProcessor):
         except Exception:
             self._internal_error()
 
+    def _after_fork_in_child(self) -> None:
+        # Only the forking thread lives on in the child: a lock another thread held at the
+        # fork would stay held forever. The tables may be mid-update from such a thread; the
+        # child keeps them (its agent's prompts), and a broken entry is an internal_error.
+        self._lock = threading.Lock()
+
     def _internal_error(self) -> None:
         try:
             # No traceback: frames can hold span data, and this logger may be bridged to OTLP.
@@ -1123,3 +1134,15 @@ class GuardSpanProcessor(SpanProcessor):
             self._flush([("diagnostic", "internal_error", None, None)])
         except Exception:  # the last line of defence: nothing escapes into span.end()
             pass
+
+
+_LIVE: weakref.WeakSet[GuardSpanProcessor] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for processor in list(_LIVE):
+        processor._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reset_after_fork)

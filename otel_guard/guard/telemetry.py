@@ -301,10 +301,12 @@ def _counts_for(meter_provider: MeterProvider) -> _Counts:
 
 
 # What the processor hands over: a transition with its batch's end time, or a diagnostic with its
-# prompt ID, span context and the time it was seen.
+# prompt ID, span context and the time it was seen; and a flush's mark, set once the worker has
+# emitted everything queued before it.
 _Item = (
     tuple[Literal["transition"], Transition, int | None]
     | tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None, int]
+    | tuple[Literal["mark"], threading.Event]
 )
 
 DEFAULT_MAX_PENDING: Final = 4096
@@ -445,29 +447,62 @@ class GuardTelemetry:
             finally:
                 self._emitter = None
 
-    def flush(self) -> None:
-        """Emit everything handed over so far, on the caller's thread.
+    def flush(self, timeout_millis: float | None = None) -> bool:
+        """Emit what was handed over before this call, on the caller's thread.
 
-        Called again from inside an emission on the same thread, it returns at once: the outer
-        call delivers the rest.
+        Records handed over meanwhile (agent threads keep ending spans) are left to the worker,
+        so a flush under load ends. With ``timeout_millis`` it gives up at that deadline and
+        returns False, like the SDK's processors; True when everything it was to emit is out.
+        With a timeout and a running worker, the worker emits and the caller waits for it, so a
+        log pipeline that hangs cannot hold the caller past its timeout.
+        Called again from inside an emission on the same thread, it returns True at once: the
+        outer call delivers the rest.
         """
         me = threading.get_ident()
         if self._emitter == me:
-            return
+            return True
+        worker = self._worker
+        if timeout_millis is not None and worker is not None and worker.is_alive():
+            # The worker emits, so an exporter that hangs holds it, not the caller: a mark
+            # behind what is queued now says when all of that is out.
+            mark = threading.Event()
+            self._pending.append(("mark", mark))
+            self._wake.set()
+            return mark.wait(max(0.0, timeout_millis / 1000))
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        # The records queued now are the first ``due`` of the queue from now on: the worker only
+        # takes from its front, and new ones join its back.
+        due = len(self._pending)
         try:
-            with self._emitting:
+            if deadline is None:
+                self._emitting.acquire()
+            elif not self._emitting.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return False
+            try:
                 self._emitter = me
-                try:
-                    pending = self._pending
-                    while pending:
-                        self._emit_item(pending.popleft())
-                    dropped, self._dropped_unreported = self._dropped_unreported, 0
-                    if dropped:
-                        self._report_dropped(dropped)
-                finally:
-                    self._emitter = None
+                pending = self._pending
+                while due and pending:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return False
+                    self._emit_item(pending.popleft())
+                    due -= 1
+                dropped, self._dropped_unreported = self._dropped_unreported, 0
+                if dropped:
+                    self._report_dropped(dropped)
+            finally:
+                self._emitter = None
+                self._emitting.release()
         except Exception:  # an emission bug must not kill the worker or the caller
             self._failed("flush")
+            return False
+        return True
+
+    def _drain(self) -> None:
+        """Emit everything queued, however much (``close``, when no more is handed over)."""
+        if self._emitter == threading.get_ident():
+            return  # inside an emission on this thread: the outer call delivers the rest
+        while self._pending and self.flush():
+            pass
 
     def close(self) -> None:
         """Deliver everything pending and stop the worker; later hand-overs emit directly.
@@ -476,7 +511,7 @@ class GuardTelemetry:
         """
         self._closed = True
         self._wake.set()
-        self.flush()
+        self._drain()
         worker = self._worker
         me = threading.get_ident()
         # A worker that never started needs no wait, a thread cannot wait for itself, and while
@@ -498,6 +533,8 @@ class GuardTelemetry:
     def _emit_item(self, item: _Item) -> None:
         if item[0] == "transition":
             self._emit_transition(item[1], item[2])
+        elif item[0] == "mark":
+            item[1].set()
         else:
             _, name, prompt_id, span_context, seen = item
             self._emit_diagnostic(name, prompt_id, span_context, seen)
@@ -658,7 +695,7 @@ def _work(ref: weakref.ref[GuardTelemetry], wake: threading.Event) -> None:
         if telemetry is None:
             return
         wake.clear()
-        telemetry.flush()
+        telemetry.flush()  # what was queued at its wake-up; newer records wait for the next
         if telemetry._closed:
             return
         del telemetry
@@ -668,6 +705,15 @@ _LIVE: weakref.WeakSet[GuardTelemetry] = weakref.WeakSet()
 
 
 def _reset_after_fork() -> None:
+    global _SHARED_COUNTS_LOCK
+    # Locks another thread of the parent may have held at the fork are made anew: the shared
+    # table's, each table's, then each telemetry's own.
+    _SHARED_COUNTS_LOCK = threading.Lock()
+    tables = {id(counts): counts for counts in list(_SHARED_COUNTS.values())}
+    for telemetry in list(_LIVE):
+        tables[id(telemetry._counts)] = telemetry._counts
+    for counts in tables.values():
+        counts.lock = threading.Lock()
     for telemetry in list(_LIVE):
         telemetry._after_fork_in_child()
 

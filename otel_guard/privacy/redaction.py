@@ -7,10 +7,15 @@ modified: every exported span is a new :class:`~opentelemetry.sdk.trace.Readable
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
+import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from opentelemetry.attributes import BoundedAttributes
@@ -49,8 +54,16 @@ MIN_NAME_MATCH_LENGTH: Final = 3
 # Operation names, and the only names a GenAI span or event keeps without an operation name.
 _OPERATION_NAME: Final = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 _WORD: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}")
-_MAX_TOOL_NAME_LENGTH: Final = 256  # longer names are no name to the guard; they stay none
+_MAX_TOOL_NAME_LENGTH: Final = 256
+_FLAG_TEXTS: Final = frozenset({"True", "False", "true", "false"})
+_MAX_ID_LENGTH: Final = 256  # longer IDs are no ID to the guard (processor, GenAI profile)
 _CACHE_LIMIT: Final = 4096
+_TRACES_REMEMBERED: Final = 1024  # traces whose removed values name-check their other spans
+_TRACE_NEEDLES: Final = 64  # removed values kept per trace
+_MAX_JSON_LENGTH: Final = 65536  # longer JSON values are searched as text only
+_MAX_JSON_LEAVES: Final = 32
+_MIN_LEAF_LENGTH: Final = 6  # shorter strings inside JSON ("ls", "true") are too common in names
+_HEAD_LENGTH: Final = 12  # a name holding this much of a value's head holds a truncated copy
 _DROP: Final = object()
 
 
@@ -99,7 +112,9 @@ class RedactingSpanExporter(SpanExporter):
         self._cache: dict[tuple[bool, str], bool] = {}
         self._resources: dict[int, tuple[Resource, Resource]] = {}
         self._lock = threading.Lock()
+        _LIVE.add(self)
         self._dropped_spans = 0
+        self._trace_needles: OrderedDict[int, tuple[str, ...]] = OrderedDict()
 
     @property
     def delegate(self) -> SpanExporter:
@@ -148,6 +163,12 @@ class RedactingSpanExporter(SpanExporter):
             for link in span.links
         ]
         needles = _needles(removed)
+        trace_id = span.context.trace_id if span.context is not None else 0
+        if genai:
+            self._remember(trace_id, needles)
+        else:
+            # A plain span below a tool call is often named from the call's content.
+            needles += self._trace_needles.get(trace_id, ())
         events = [
             Event(self._event_name(event.name, genai, needles), kept, event.timestamp)
             for event, kept in filtered_events
@@ -169,13 +190,17 @@ class RedactingSpanExporter(SpanExporter):
         )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        redacted: list[ReadableSpan] = []
+        done: list[ReadableSpan | None] = [None] * len(spans)
         dropped = 0
-        for span in spans:
+        # GenAI spans first: the values removed from a tool call are then known when the plain
+        # spans of its trace (which usually end before it, in the same batch) are named.
+        order = sorted(range(len(spans)), key=lambda i: not _is_genai_safely(spans[i]))
+        for index in order:
             try:
-                redacted.append(self.redact(span))
+                done[index] = self.redact(spans[index])
             except Exception:
                 dropped += 1
+        redacted = [span for span in done if span is not None]
         if dropped:
             with self._lock:
                 self._dropped_spans += dropped
@@ -195,7 +220,34 @@ class RedactingSpanExporter(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._delegate.force_flush(timeout_millis)
 
+    def _remember(self, trace_id: int, needles: list[str]) -> None:
+        """Keep the values removed from a GenAI span for the names of its trace's other spans
+        (bounded: the most recent traces, the longest values)."""
+        if not needles:
+            return
+        with self._lock:
+            known = self._trace_needles.pop(trace_id, ())
+            merged = sorted({*known, *needles}, key=len, reverse=True)[:_TRACE_NEEDLES]
+            self._trace_needles[trace_id] = tuple(merged)
+            while len(self._trace_needles) > _TRACES_REMEMBERED:
+                self._trace_needles.popitem(last=False)
+
     # -- attributes ------------------------------------------------------------------------
+
+    def redact_attributes(
+        self, attributes: Mapping[str, Any] | None, *, genai: bool, dropped: int = 0
+    ) -> tuple[BoundedAttributes, list[str]]:
+        """The attributes this exporter keeps of ``attributes`` (by the GenAI allow-list when
+        ``genai``, else by the deny-list; a deployment's ``allow_keys`` replaces both), with the
+        string values it removed, for searching names that may hold them. The log record
+        exporter applies spans' policy to records through this."""
+        removed: list[str] = []
+        genai = genai and self._allow is None
+        return self._filter(attributes, genai, removed, dropped), removed
+
+    def redact_resource(self, resource: Resource) -> Resource:
+        """``resource`` without its sensitive keys (the same object when it has none)."""
+        return self._resource(resource)
 
     def _filter(
         self,
@@ -221,7 +273,7 @@ class RedactingSpanExporter(SpanExporter):
             if not genai:
                 return value
             rule = allowed_key(key)
-            return value if rule is None or _fits(rule, value) else _DROP
+            return value if rule is None else self._shaped(rule, value)
         if self._extra(key) or not (genai or self._allow is not None):
             return _DROP
         prefix = PSEUDONYMOUS_KEYS.get(key)
@@ -242,6 +294,31 @@ class RedactingSpanExporter(SpanExporter):
                 return UNCLASSIFIED_ERROR_TYPE
             return value if CLASSIFIED_ERROR_TYPE.fullmatch(value) else _DROP
         return _DROP
+
+    def _shaped(self, rule: AllowedKey, value: Any) -> Any:
+        """``value`` if it has the shape ``rule`` declares, else a content-free value the guard
+        reads the same way, or ``_DROP`` (sensitive.ValueShape says which)."""
+        shape = rule.shape
+        if shape in ("as_is", "count", "word"):
+            return value if _fits(rule, value) else _DROP
+        if shape == "flag":
+            # The SDK records exception.escaped as the text "False"; text is kept as read.
+            flag = type(value) is bool or (type(value) is str and value in _FLAG_TEXTS)
+            return value if flag else _DROP
+        if shape == "vocabulary":
+            return value if type(value) is str and value in rule.values else _DROP
+        if shape == "route":
+            if type(value) is not str:
+                return _DROP
+            return value if value in rule.values else UNCLASSIFIED_ERROR_TYPE
+        if shape == "admitted":
+            return value if type(value) is int and value >= 0 else -1
+        # call_id, conversation_id: opaque identifiers the guard compares.
+        if type(value) is str and len(value) <= _MAX_ID_LENGTH:
+            if value == "" or _WORD.fullmatch(value):
+                return value
+            return self._pseudonym(value, "call_" if shape == "call_id" else "conv_")
+        return "" if shape == "call_id" else _DROP
 
     def _resource(self, resource: Resource) -> Resource:
         key = id(resource)
@@ -335,6 +412,13 @@ def _is_genai(span: ReadableSpan) -> bool:
     )
 
 
+def _is_genai_safely(span: ReadableSpan) -> bool:
+    try:
+        return _is_genai(span)
+    except Exception:  # redact() drops and counts it
+        return False
+
+
 def _fits(rule: AllowedKey, value: Any) -> bool:
     """True when ``value`` has the shape ``rule`` allows."""
     shape = rule.shape
@@ -349,13 +433,41 @@ def _fits(rule: AllowedKey, value: Any) -> bool:
 def _needles(removed: list[str]) -> list[str]:
     """The lower-cased removed values to search names for, with the last part of each path."""
     needles: set[str] = set()
-    for value in removed:
+    for value in _with_json_leaves(removed):
         lowered = value.lower()
         needles.add(lowered)
         base = re.split(r"[/\\]", lowered.rstrip("/\\"))[-1]
         if base != lowered:
             needles.add(base)
+        if len(lowered) > _HEAD_LENGTH:
+            needles.add(lowered[:_HEAD_LENGTH])  # names built from a truncated value
     return [n for n in needles if len(n) >= MIN_NAME_MATCH_LENGTH]
+
+
+def _with_json_leaves(removed: list[str]) -> Iterator[str]:
+    """The removed values, and the strings inside those that are JSON (tool arguments are):
+    a span named from one argument holds that string, not the whole document."""
+    for value in removed:
+        yield value
+        if value[:1] in ("{", "[") and len(value) <= _MAX_JSON_LENGTH:
+            try:
+                document = json.loads(value)
+            except (ValueError, RecursionError):
+                continue
+            leaves = (leaf for leaf in _json_strings(document) if len(leaf) >= _MIN_LEAF_LENGTH)
+            yield from itertools.islice(leaves, _MAX_JSON_LEAVES)
+
+
+def _json_strings(document: Any) -> Iterator[str]:
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def _holds(name: str, needles: list[str]) -> bool:
@@ -374,3 +486,16 @@ def _collect_strings(value: Any, into: list[str]) -> None:
             into.append(value)
     elif isinstance(value, (list, tuple)):
         into.extend(v for v in value if isinstance(v, str) and v)
+
+
+_LIVE: weakref.WeakSet[RedactingSpanExporter] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    # The export worker of the parent may have held a lock at the fork; the child's is new.
+    for exporter in list(_LIVE):
+        exporter._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reset_after_fork)

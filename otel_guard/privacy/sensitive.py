@@ -29,9 +29,11 @@ from otel_guard.spans import attributes as attr
 
 __all__ = [
     "CLASSIFIED_ERROR_TYPE",
+    "CONTENT_WORDS",
     "ERROR_TYPE_KEYS",
     "GENAI_ALLOWED_KEYS",
     "GENAI_ALLOWED_PATTERNS",
+    "GENAI_CONTENT_EVENTS",
     "GENAI_MARKER_KEYS",
     "GENAI_NAMESPACES",
     "MODEL_OPERATIONS",
@@ -198,7 +200,63 @@ SENSITIVE_KEYS: Final[frozenset[str]] = frozenset(
 )
 """Keys (lower case) that are always removed from a span that is not a GenAI span."""
 
+CONTENT_WORDS: Final[tuple[str, ...]] = (
+    "args",
+    "kwargs",
+    "argv",
+    "arguments",
+    "params",
+    "parameters",
+    "input",
+    "inputs",
+    "output",
+    "outputs",
+    "result",
+    "results",
+    "response",
+    "responses",
+    "reply",
+    "answer",
+    "question",
+    "prompt",
+    "prompts",
+    "completion",
+    "completions",
+    "message",
+    "messages",
+    "msg",
+    "content",
+    "contents",
+    "body",
+    "text",
+    "payload",
+    "data",
+    "query",
+    "sql",
+    "statement",
+    "command",
+    "cmd",
+    "stdout",
+    "stderr",
+    "stdin",
+    "history",
+    "transcript",
+    "instructions",
+    "traceback",
+    "stacktrace",
+    "error",
+    "errors",
+)
+"""Words that name content. A key whose **last word** (split on ``.``, ``_``, ``-``, space,
+``/`` and ``:``) is one of them is content, whatever namespace it is in (``args``,
+``tool_kwargs``, ``user_question``, ``shell.stdout``, ``job-payload``), so keys no list foresaw
+are still removed; a key that only qualifies such a word (``message_count``,
+``http.response.status_code``, ``stdout_bytes``) measures it and is kept."""
+
+_CONTENT_WORD_PATTERN: Final = "(.*[._ /:-])?(" + "|".join(CONTENT_WORDS) + ")"
+
 SENSITIVE_KEY_PATTERNS: Final[tuple[str, ...]] = (
+    _CONTENT_WORD_PATTERN,
     r"gen_ai\.prompt\..+",
     r"gen_ai\.completion\..+",
     r"gen_ai\.tool\.call\.(arguments|result)\..+",
@@ -310,6 +368,23 @@ prefix in a condition, so it recognises GenAI spans by these; the process uses t
 
 _NAMESPACE_PREFIXES: Final = tuple(GENAI_NAMESPACES)
 
+GENAI_CONTENT_EVENTS: Final[frozenset[str]] = frozenset(
+    {
+        "gen_ai.client.inference.operation.details",
+        "gen_ai.user.message",
+        "gen_ai.system.message",
+        "gen_ai.assistant.message",
+        "gen_ai.tool.message",
+        "gen_ai.choice",
+        "gen_ai.content.prompt",
+        "gen_ai.content.completion",
+        "gen_ai.evaluation.result",
+    }
+)
+"""Event names of the GenAI conventions whose records (or span events) carry content in their
+attributes or body. They are in the ``gen_ai.`` namespace, so :func:`is_genai_key` is true for
+each; they are listed for the log record exporter's documentation and tests."""
+
 
 def is_genai_key(key: str) -> bool:
     """True when ``key`` (an attribute key or an event name) belongs to a GenAI namespace."""
@@ -318,10 +393,34 @@ def is_genai_key(key: str) -> bool:
 
 # -- the allow-list: GenAI spans ---------------------------------------------------------------
 
-ValueShape = Literal["as_is", "count", "word"]
-"""How an allowed key's value is checked: ``as_is`` (read by the guard or an opaque ID: kept
-unchanged so replay sees what the guard saw), ``count`` (numbers), ``word`` (a short token of
-letters, digits and ``_.-:/@+``, or a list of them)."""
+ValueShape = Literal[
+    "as_is",
+    "count",
+    "word",
+    "flag",
+    "vocabulary",
+    "route",
+    "admitted",
+    "call_id",
+    "conversation_id",
+]
+"""How an allowed key's value is checked. Values of another shape are dropped, or rewritten to a
+content-free value the guard reads the same way, so replay sees what the guard saw:
+
+* ``as_is``: kept unchanged (the prompt ID, which the guard's own records carry raw);
+* ``count``: numbers; ``word``: a short token of letters, digits and ``_.-:/@+``, or a list of
+  them; ``flag``: a boolean, or its text ``true``/``false`` (the SDK writes ``exception.escaped``
+  so; the guard reads ``is True``);
+* ``vocabulary``: one of :attr:`AllowedKey.values` (the guard reads anything else as missing);
+* ``route``: a route of :attr:`AllowedKey.values` is kept, any other string becomes
+  :data:`UNCLASSIFIED_ERROR_TYPE`'s ``_OTHER`` (still a route other than the interactive one: the
+  prompt stays opted out), anything else is dropped;
+* ``admitted``: a count that is not negative; any other value becomes ``-1`` (the key's presence
+  marks a batch span; a value that is not a count makes the batch incomplete either way);
+* ``call_id``, ``conversation_id``: an identifier: a word of at most 256 characters is kept,
+  another string of at most 256 becomes a keyed pseudonym (equal IDs stay equal, different stay
+  different); anything else becomes ``""`` for a call ID (its presence marks a tool span) and is
+  dropped for a conversation ID."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,12 +429,17 @@ class AllowedKey:
 
     shape: ValueShape
     why: str
+    values: frozenset[str] = frozenset()
 
 
 _STRUCTURE = "a closed vocabulary or a configuration value, never content"
 _MODEL = "the model the deployment chose, an identifier from the provider's catalogue"
 _TOKENS = "a number of tokens; numbers carry no content"
 _ID = "an opaque identifier generated by the provider, the framework or the host"
+# What the reducer reads as a terminal or execution status, and the tool types it resolves;
+# anything else is read as missing (otel_guard.reducer, otel_guard.guard.processor).
+_STATUSES: Final = frozenset({"success", "error", "cancelled", "not_started", "unknown"})
+_TOOL_TYPES: Final = frozenset({"native", "mcp"})
 _GUARD = "read by the guard (docs/contract.md section 3); replay needs it as it was"
 
 GENAI_ALLOWED_KEYS: Final[Mapping[str, AllowedKey]] = {
@@ -356,9 +460,11 @@ GENAI_ALLOWED_KEYS: Final[Mapping[str, AllowedKey]] = {
     _gen_ai.GEN_AI_REQUEST_CHOICE_COUNT: AllowedKey("count", "a count"),
     _gen_ai.GEN_AI_REQUEST_FREQUENCY_PENALTY: AllowedKey("count", "a sampling setting, a number"),
     _gen_ai.GEN_AI_REQUEST_PRESENCE_PENALTY: AllowedKey("count", "a sampling setting, a number"),
-    _gen_ai.GEN_AI_TOOL_CALL_ID: AllowedKey("as_is", _ID + "; " + _GUARD),
+    _gen_ai.GEN_AI_TOOL_CALL_ID: AllowedKey("call_id", _ID + "; " + _GUARD),
     _gen_ai.GEN_AI_TOOL_TYPE: AllowedKey("word", _STRUCTURE),
-    _gen_ai.GEN_AI_CONVERSATION_ID: AllowedKey("as_is", _ID + "; the prompt ID of GenAI traces"),
+    _gen_ai.GEN_AI_CONVERSATION_ID: AllowedKey(
+        "conversation_id", _ID + "; the prompt ID of GenAI traces"
+    ),
     _gen_ai.GEN_AI_AGENT_ID: AllowedKey("word", _ID),
     _gen_ai.GEN_AI_AGENT_NAME: AllowedKey("word", "the agent's configured name, " + _STRUCTURE),
     "gen_ai.agent.call.id": AllowedKey("word", _ID + " (pydantic-ai's run ID)"),
@@ -392,19 +498,19 @@ GENAI_ALLOWED_KEYS: Final[Mapping[str, AllowedKey]] = {
     "logfire.level_num": AllowedKey("count", "a severity number"),
     # The guard's own input attributes.
     attr.PROMPT_ID: AllowedKey("as_is", "the host's prompt ID; " + _GUARD),
-    attr.PROMPT_ROUTE: AllowedKey("as_is", "closed vocabulary; " + _GUARD),
-    attr.PROMPT_CHANNEL: AllowedKey("as_is", "a flag; " + _GUARD),
-    attr.BATCH_ADMITTED: AllowedKey("as_is", "a count; " + _GUARD),
-    attr.INPUT_EXTERNAL: AllowedKey("as_is", "a flag; " + _GUARD),
-    attr.INPUT_QUEUED_PROMPT: AllowedKey("as_is", "a flag; " + _GUARD),
-    attr.INPUT_RELIABLE: AllowedKey("as_is", "a flag; " + _GUARD),
-    attr.TOOL_TYPE: AllowedKey("as_is", "closed vocabulary; " + _GUARD),
-    attr.TOOL_STATUS: AllowedKey("as_is", "closed vocabulary; " + _GUARD),
-    attr.TOOL_EXECUTION_STATUS: AllowedKey("as_is", "closed vocabulary; " + _GUARD),
-    attr.TOOL_PROVIDER_DUPLICATE: AllowedKey("as_is", "a flag; " + _GUARD),
+    attr.PROMPT_ROUTE: AllowedKey("route", "closed vocabulary; " + _GUARD, attr.PROMPT_ROUTES),
+    attr.PROMPT_CHANNEL: AllowedKey("flag", "a flag; " + _GUARD),
+    attr.BATCH_ADMITTED: AllowedKey("admitted", "a count; " + _GUARD),
+    attr.INPUT_EXTERNAL: AllowedKey("flag", "a flag; " + _GUARD),
+    attr.INPUT_QUEUED_PROMPT: AllowedKey("flag", "a flag; " + _GUARD),
+    attr.INPUT_RELIABLE: AllowedKey("flag", "a flag; " + _GUARD),
+    attr.TOOL_TYPE: AllowedKey("vocabulary", "closed vocabulary; " + _GUARD, _TOOL_TYPES),
+    attr.TOOL_STATUS: AllowedKey("vocabulary", "closed vocabulary; " + _GUARD, _STATUSES),
+    attr.TOOL_EXECUTION_STATUS: AllowedKey("vocabulary", "closed vocabulary; " + _GUARD, _STATUSES),
+    attr.TOOL_PROVIDER_DUPLICATE: AllowedKey("flag", "a flag; " + _GUARD),
     # Span events: an exception keeps what it was, never what it said.
     "exception.type": AllowedKey("word", "the exception's class name, never its message"),
-    "exception.escaped": AllowedKey("as_is", "a flag"),
+    "exception.escaped": AllowedKey("flag", "a flag"),
 }
 """Exact keys a GenAI span (and its events and links) keeps, with why each one is safe.
 
