@@ -296,4 +296,3 @@ func TestConfigValidate(t *testing.T) {
 		require.Error(t, err, name)
 	}
 }
-
