@@ -136,7 +136,7 @@ def _agent(
 def genai_spans() -> list[ReadableSpan]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(
-        resource=Resource.create(
+        resource=Resource(
             {
                 "service.name": "genai-agent",
                 "service.version": "2.1.0",
