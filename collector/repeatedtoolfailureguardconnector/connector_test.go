@@ -238,22 +238,98 @@ func TestResourceCarried(t *testing.T) {
 	}
 }
 
-// The ticker replays a trace once `wait` has passed since its last span, without a shutdown.
+// A trace is replayed once `wait` has passed since its last span arrived, not before; a span
+// arriving inside the window restarts it.
 func TestWaitWindowReleasesTraces(t *testing.T) {
 	requests := readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl"))
 	cfg := createDefaultConfig()
-	cfg.Wait = 20 * time.Millisecond
-	f := NewFactory()
+	cfg.Wait = time.Minute
 	ctx := context.Background()
 	metrics := new(consumertest.MetricsSink)
-	c, err := f.CreateTracesToMetrics(ctx, connectortest.NewNopSettings(metadata.Type), cfg, metrics)
+	c, err := NewFactory().CreateTracesToMetrics(ctx, connectortest.NewNopSettings(metadata.Type), cfg, metrics)
 	require.NoError(t, err)
-	require.NoError(t, c.Start(ctx, componenttest.NewNopHost()))
-	for _, td := range requests {
+	gc := c.(*guardConnector)
+	now := time.Unix(1_800_000_000, 0)
+	gc.now = func() time.Time { return now }
+	for _, td := range requests[:len(requests)-1] {
 		require.NoError(t, c.ConsumeTraces(ctx, td))
 	}
-	require.Eventually(t, func() bool { return len(metrics.AllMetrics()) > 0 }, 10*time.Second, 5*time.Millisecond)
+	now = now.Add(50 * time.Second)
+	require.NoError(t, c.ConsumeTraces(ctx, requests[len(requests)-1]))
+	now = now.Add(30 * time.Second) // 80 s after the first requests, 30 s after the last
+	require.NoError(t, gc.flush(ctx, false))
+	released := len(gc.traces)
+	require.Positive(t, released, "the last request's traces are still inside their window")
+	require.NotEmpty(t, metrics.AllMetrics(), "the earlier traces were replayed")
+	now = now.Add(31 * time.Second)
+	require.NoError(t, gc.flush(ctx, false))
+	require.Empty(t, gc.traces)
+	require.Zero(t, gc.bytes)
+	want := loadGolden(t)["demo-traces.jsonl"]
+	require.Equal(t, nonZero(want.Decisions), lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "decision"))
 	require.NoError(t, c.Shutdown(ctx))
+}
+
+// Past max_call_bytes the traces that waited longest are replayed at once: the buffer stays
+// bounded.
+func TestBufferBoundedInBytes(t *testing.T) {
+	requests := readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl"))
+	cfg := createDefaultConfig()
+	cfg.MaxCallBytes = 8 << 10
+	ctx := context.Background()
+	metrics := new(consumertest.MetricsSink)
+	c, err := NewFactory().CreateTracesToMetrics(ctx, connectortest.NewNopSettings(metadata.Type), cfg, metrics)
+	require.NoError(t, err)
+	gc := c.(*guardConnector)
+	for _, td := range requests {
+		require.NoError(t, c.ConsumeTraces(ctx, td))
+		require.LessOrEqual(t, gc.bytes, cfg.MaxCallBytes)
+	}
+	require.NoError(t, c.Shutdown(ctx))
+}
+
+// Tool names and raw error text never leave through the guard; the classified error type
+// appears only in transition records.
+func TestNoToolNamesInOutput(t *testing.T) {
+	requests := readOTLPJSON(t, filepath.Join("testdata", "genai-traces.jsonl"))
+	seen := false
+	for _, td := range requests {
+		rss := td.ResourceSpans()
+		for i := 0; i < rss.Len(); i++ {
+			for j := 0; j < rss.At(i).ScopeSpans().Len(); j++ {
+				ss := rss.At(i).ScopeSpans().At(j).Spans()
+				for k := 0; k < ss.Len(); k++ {
+					if v, ok := ss.At(k).Attributes().Get("gen_ai.tool.name"); ok && v.Str() == "read_file" {
+						ss.At(k).Attributes().PutStr("gen_ai.tool.name", "canary_tool_name_7f3a")
+						seen = true
+					}
+				}
+			}
+		}
+	}
+	require.True(t, seen, "the canary must be in the input")
+	metrics, logs := run(t, requests, createDefaultConfig())
+	var m pmetric.JSONMarshaler
+	for _, md := range metrics.AllMetrics() {
+		raw, err := m.MarshalMetrics(md)
+		require.NoError(t, err)
+		require.NotContains(t, string(raw), "canary_tool_name")
+		require.NotContains(t, string(raw), "filenotfounderror")
+	}
+	var l plog.JSONMarshaler
+	errorTypes := 0
+	for _, ld := range logs.AllLogs() {
+		raw, err := l.MarshalLogs(ld)
+		require.NoError(t, err)
+		require.NotContains(t, string(raw), "canary_tool_name")
+	}
+	for _, lr := range logRecords(logs.AllLogs(), telemetry.TransitionEvent) {
+		if v, ok := lr.Attributes().Get("execution_error_type"); ok {
+			require.Equal(t, "filenotfounderror", v.Str())
+			errorTypes++
+		}
+	}
+	require.Positive(t, errorTypes)
 }
 
 // A span of a trace already replayed, sent again, is replayed once and counted.
