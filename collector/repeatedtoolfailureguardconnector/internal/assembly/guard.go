@@ -24,7 +24,6 @@ import (
 // Bounds that are not configuration.
 const (
 	DefaultMaxCallsPerBatch = 1024
-	maxPromptIDLength       = 256
 	endedBatches            = 4096
 	maxDropped              = 4096
 )
@@ -266,17 +265,11 @@ func (g *Guard) start(t *trace, ev Event) {
 	s := ev.Span
 	switch t.kinds[s] {
 	case spans.ACPPrompt:
-		id := s.PromptID.Value
-		if len(id) > maxPromptIDLength {
-			return
-		}
+		id := g.promptID(s)
 		g.startPrompt(s, id, ev.Time)
 		t.promptSpan[s] = id
 	case spans.ACPBatch:
-		if len(s.PromptID.Value) > maxPromptIDLength {
-			return
-		}
-		t.batches[s.SpanID] = &openBatch{promptID: s.PromptID.Value}
+		t.batches[s.SpanID] = &openBatch{promptID: g.promptID(s)}
 	case spans.GenAIPrompt, spans.OIPrompt:
 		p := t.promptOf[s]
 		if p == nil || p.spanID != s.SpanID {
@@ -324,6 +317,16 @@ func (g *Guard) acpCall(t *trace, s *spans.Span) bool {
 	}
 	_, ok := g.ended.Get(spanKey{s.TraceID, s.ParentID})
 	return ok
+}
+
+// promptID is a section 3 span's prompt ID, as its digest when it is longer than 256
+// characters (diagnostic long_prompt_id; the ID itself is never named).
+func (g *Guard) promptID(s *spans.Span) string {
+	id := spans.BoundedID(s.PromptID.Value)
+	if id != s.PromptID.Value {
+		g.diag(telemetry.DiagLongPromptID, "", s.TraceID, s.SpanID)
+	}
+	return id
 }
 
 func rebuilt() reducer.State {

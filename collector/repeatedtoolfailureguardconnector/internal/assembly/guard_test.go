@@ -310,3 +310,24 @@ func TestMalformedValuesNeverPanic(t *testing.T) {
 		t.Fatalf("%+v", *evs)
 	}
 }
+
+// A prompt ID of more than 256 characters is kept as its digest: equal IDs still meet, the
+// diagnostic long_prompt_id is counted and the ID itself is never named.
+func TestLongPromptIDKeptAsDigest(t *testing.T) {
+	id := ""
+	for len(id) < 300 {
+		id += "prompt-"
+	}
+	b := newBuilder(14)
+	acpBatch(b, pcommon.SpanID{}, id, 1*ms, 4)
+	acpBatch(b, pcommon.SpanID{}, id, 100*ms, 4)
+	g := defaultGuard()
+	evs := record(g)
+	out := g.Replay(b.out)
+	if count(out, telemetry.DiagLongPromptID) != 2 || len(*evs) != 2 || (*evs)[1].Value != "would_warn" {
+		t.Fatalf("long IDs %d, %+v", count(out, telemetry.DiagLongPromptID), *evs)
+	}
+	if got := (*evs)[0].PromptID; len(got) != 71 || got[:7] != "sha256:" {
+		t.Fatalf("prompt ID %q", got)
+	}
+}

@@ -4,7 +4,10 @@
 package spans // import "github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/spans"
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -357,14 +360,28 @@ func usableID(s Str) bool {
 	return s.Set && s.Value != "" && s.Value != "<not specified>" && len(s.Value) <= MaxIDLength
 }
 
+// MaxPromptIDLength is the longest prompt ID kept as it is; a longer one is kept as its digest.
+const MaxPromptIDLength = 256
+
+// BoundedID is the key under which a prompt's state is kept: the ID itself, or for an ID of
+// more than 256 characters "sha256:" and the hex digest of its UTF-8 bytes, so memory does not
+// grow with ID length and equal IDs still meet (as the Python guard keeps them).
+func BoundedID(id string) string {
+	if len(id) <= MaxPromptIDLength || utf8.RuneCountInString(id) <= MaxPromptIDLength {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // GenAIPromptID is the prompt ID of a GenAI (3b) or OpenInference (3c) prompt span.
 func GenAIPromptID(s *Span, oi bool) string {
 	id := s.Conversation
 	if oi {
 		id = s.SessionID
 	}
-	if id.Set && id.Value != "" && len(id.Value) <= MaxIDLength {
-		return id.Value
+	if id.Set && id.Value != "" {
+		return BoundedID(id.Value)
 	}
 	return Hex16(s.SpanID)
 }

@@ -40,12 +40,14 @@ const (
 	DiagTelemetryError    = "telemetry_error"
 	DiagContractViolation = "contract_violation"
 	DiagPromptCollision   = "prompt_collision"
+	DiagLongPromptID      = "long_prompt_id"
 )
 
 // Diagnostics lists the closed set of diagnostic values.
 var Diagnostics = []string{
 	DiagInvalidMode, DiagLateSpan, DiagDuplicateSpan, DiagBatchOverflow, DiagEvicted, DiagExpired,
 	DiagInternalError, DiagTelemetryError, DiagContractViolation, DiagPromptCollision,
+	DiagLongPromptID,
 }
 
 // The resource attributes carried from the input.
