@@ -179,7 +179,7 @@ func (g *Guard) Replay(part []*spans.Span) telemetry.Output {
 		}
 	}
 	for _, s := range part {
-		root := s.ParentID.IsEmpty() || t.byID[s.ParentID] == nil
+		root := s.ParentID.IsEmpty() || s.RemoteParent
 		t.kinds[s] = spans.Classify(s, root)
 		if !s.ParentID.IsEmpty() {
 			t.children[s.ParentID] = append(t.children[s.ParentID], s)

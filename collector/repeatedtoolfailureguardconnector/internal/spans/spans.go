@@ -93,6 +93,9 @@ type Span struct {
 	Resource telemetry.Resource
 
 	StatusError bool
+	// RemoteParent: the parent span is in another process (the OTLP span flags say so).
+	RemoteParent bool
+	hasOpKey     bool
 
 	Operation     Str
 	HasPromptID   bool
@@ -167,6 +170,8 @@ func Read(s ptrace.Span, resource telemetry.Resource) *Span {
 		End:         uint64(s.EndTimestamp()),
 		Resource:    resource,
 		StatusError: s.Status().Code() == ptrace.StatusCodeError,
+		// OTLP span flags: bit 8 says whether bit 9 (the parent is remote) is known.
+		RemoteParent: s.Flags()&0x300 == 0x300,
 	}
 	size := baseSize
 	s.Attributes().Range(func(k string, v pcommon.Value) bool {
@@ -179,6 +184,7 @@ func Read(s ptrace.Span, resource telemetry.Resource) *Span {
 		keep := true
 		switch k {
 		case OperationName:
+			out.hasOpKey = true
 			out.Operation = str(v)
 		case PromptID:
 			out.HasPromptID = true
@@ -285,8 +291,8 @@ var modelOperations = map[string]bool{"chat": true, "text_completion": true, "ge
 func IsModelOperation(op string) bool { return modelOperations[op] }
 
 // Classify says what an ended span is, from its own attributes (its place in the trace, the
-// parent chain, is the assembly's to judge). root says whether the span has no parent in its
-// trace (OpenInference: a root CHAIN is a prompt).
+// parent chain, is the assembly's to judge). root says whether the span has no parent in this
+// process (OpenInference: a root CHAIN is a prompt).
 func Classify(s *Span, root bool) Kind {
 	op := s.Operation
 	if s.HasPromptID {
@@ -325,7 +331,7 @@ func Classify(s *Span, root bool) Kind {
 		return Other
 	}
 	if s.OIKind.Set && !s.HasACP && !s.HasOperationKey() {
-		switch s.OIKind.Value {
+		switch strings.ToUpper(s.OIKind.Value) {
 		case "AGENT":
 			return OIPrompt
 		case "CHAIN":
@@ -342,7 +348,7 @@ func Classify(s *Span, root bool) Kind {
 }
 
 // HasOperationKey reports whether gen_ai.operation.name was present (with any value).
-func (s *Span) HasOperationKey() bool { return s.Operation.Set }
+func (s *Span) HasOperationKey() bool { return s.hasOpKey }
 
 // Hex16 is a span ID as 16 lower-case hex digits.
 func Hex16(id pcommon.SpanID) string {
@@ -389,7 +395,7 @@ func GenAIPromptID(s *Span, oi bool) string {
 // InferredCall is the observation of a GenAI or OpenInference tool span: call ID, tool name,
 // tool type, and outcome (docs/contract.md sections 3b and 3c).
 func InferredCall(s *Span) (callID string, toolName *string, toolType string, failed bool, errorType *string) {
-	oi := !s.Operation.Set && s.OIKind.Set
+	oi := !s.hasOpKey && s.OIKind.Set
 	switch {
 	case oi && usableID(s.OIToolCallID):
 		callID = s.OIToolCallID.Value

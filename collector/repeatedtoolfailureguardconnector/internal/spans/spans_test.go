@@ -41,6 +41,8 @@ func TestClassify(t *testing.T) {
 		{"oi root chain", map[string]any{OISpanKind: "CHAIN"}, true, OIPrompt},
 		{"oi inner chain", map[string]any{OISpanKind: "CHAIN"}, false, Other},
 		{"oi llm", map[string]any{OISpanKind: "LLM"}, false, ModelCall},
+		{"oi lower case", map[string]any{OISpanKind: "agent"}, false, OIPrompt},
+		{"oi with a non-string operation", map[string]any{OISpanKind: "AGENT", OperationName: int64(1)}, false, Other},
 		{"oi tool", map[string]any{OISpanKind: "TOOL"}, false, GenAITool},
 		{"oi with acp", map[string]any{OISpanKind: "TOOL", "acp.tool.type": "native"}, false, Other},
 		{"oi with genai operation", map[string]any{OISpanKind: "AGENT", OperationName: "chat"}, false, ModelCall},
