@@ -7,7 +7,8 @@ Writes the tool-heavy OTLP/JSON file of ``benchmarks/replay_jobs.py``, replays i
 ``otel-guard replay --format json`` (a fresh process, start-up included; wall and CPU time), and
 runs the connector's Go benchmarks on the same file (``BenchmarkConnectorSpans``: decoded OTLP
 through the traces->metrics connector to its last export; ``BenchmarkMemoryPerPrompt``: heap per
-tracked prompt). The runs alternate so a busy machine slows them alike; medians are reported.
+tracked prompt, beside the Python guard's figure of ``benchmarks/run.py``). The runs alternate
+so a busy machine slows them alike; medians are reported.
 The two decision counts must be equal: the run fails otherwise.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import workload
+from run import measure_memory
 
 MODULE = Path(__file__).resolve().parents[1] / "collector" / "repeatedtoolfailureguardconnector"
 
@@ -118,7 +120,11 @@ def main() -> int:
     )
     wall_ratio, cpu_ratio = rate / (written / wall), cpu_rate / (written / cpu)
     print(f"  ratio:          {wall_ratio:.1f}x wall, {cpu_ratio:.1f}x CPU")
-    print(f"  go memory:      {statistics.median(memories):.0f} bytes per tracked prompt")
+    python_memory = measure_memory(10_000).bytes_per_prompt
+    print(
+        f"  memory:         go {statistics.median(memories):.0f} B, python {python_memory:.0f} B"
+        " per tracked prompt (state tracking a key; python with its prompt span open)"
+    )
     print(f"  decisions equal: {python}")
     return 0
 
