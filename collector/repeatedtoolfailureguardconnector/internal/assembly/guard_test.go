@@ -1,0 +1,333 @@
+package assembly
+
+import (
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/spans"
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/telemetry"
+)
+
+const ms = uint64(1_000_000)
+
+type builder struct {
+	trace pcommon.TraceID
+	next  byte
+	out   []*spans.Span
+}
+
+func newBuilder(t byte) *builder { return &builder{trace: pcommon.TraceID{t, 1}} }
+
+// span adds an ended span; attrs values are string, int, bool.
+func (b *builder) span(parent pcommon.SpanID, start, end uint64, attrs map[string]any, mutate ...func(ptrace.Span)) pcommon.SpanID {
+	b.next++
+	s := ptrace.NewSpan()
+	s.SetTraceID(b.trace)
+	id := pcommon.SpanID{b.trace[0], b.next}
+	s.SetSpanID(id)
+	s.SetParentSpanID(parent)
+	s.SetStartTimestamp(pcommon.Timestamp(start))
+	s.SetEndTimestamp(pcommon.Timestamp(end))
+	if err := s.Attributes().FromRaw(attrs); err != nil {
+		panic(err)
+	}
+	for _, m := range mutate {
+		m(s)
+	}
+	b.out = append(b.out, spans.Read(s, telemetry.Resource{ServiceVersion: "1"}))
+	return id
+}
+
+func record(g *Guard) *[]Evaluation {
+	var evs []Evaluation
+	g.OnEvaluation = func(e Evaluation) { evs = append(evs, e) }
+	return &evs
+}
+
+func values(evs []Evaluation) []string {
+	var out []string
+	for _, e := range evs {
+		if e.Value != "" {
+			out = append(out, e.Value)
+		}
+	}
+	return out
+}
+
+func count(out telemetry.Output, name string) int {
+	n := 0
+	for _, d := range out.Diagnostics {
+		if d.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
+func defaultGuard() *Guard {
+	return New(Config{MaxPrompts: 100, PromptTTLNanos: 3600 * 1000 * ms})
+}
+
+func errored(exceptionType string) func(ptrace.Span) {
+	return func(s ptrace.Span) {
+		s.Status().SetCode(ptrace.StatusCodeError)
+		e := s.Events().AppendEmpty()
+		e.SetName("exception")
+		e.Attributes().PutStr("exception.type", exceptionType)
+	}
+}
+
+// OpenInference (section 3c): AGENT is the prompt, LLM a model call, TOOL a tool call typed by
+// the last exception event; the prompt ID is session.id; it is never enforced.
+func TestOpenInferenceProfile(t *testing.T) {
+	b := newBuilder(1)
+	agent := b.span(pcommon.SpanID{}, 1*ms, 1000*ms, map[string]any{"openinference.span.kind": "AGENT", "session.id": "sess-1"})
+	at := uint64(2)
+	for round := 0; round < 4; round++ {
+		b.span(agent, at*ms, (at+1)*ms, map[string]any{"openinference.span.kind": "LLM"})
+		for c := 0; c < 4; c++ {
+			b.span(agent, (at+2)*ms, (at+3)*ms, map[string]any{"openinference.span.kind": "TOOL", "tool.name": "search"}, errored("TimeoutError"))
+		}
+		at += 10
+	}
+	g := defaultGuard()
+	evs := record(g)
+	g.Replay(b.out)
+	got := values(*evs)
+	want := []string{"tracked", "would_warn", "would_stop"}
+	if len(got) != len(want) {
+		t.Fatalf("decisions %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("decisions %v, want %v", got, want)
+		}
+	}
+	e := (*evs)[0]
+	if e.PromptID != "sess-1" || e.Profile != spans.ProfileOpenInference || !e.Before.EnforcementDisabled {
+		t.Fatalf("evaluation %+v", e)
+	}
+	if k := e.Decision.State.Key; k == nil || k.ExecutionErrorType != "timeouterror" {
+		t.Fatalf("key %+v", k)
+	}
+}
+
+// A root CHAIN is a prompt; a CHAIN below another span is not.
+func TestOpenInferenceRootChain(t *testing.T) {
+	for _, root := range []bool{true, false} {
+		b := newBuilder(2)
+		top := pcommon.SpanID{}
+		if !root {
+			top = b.span(pcommon.SpanID{}, 0, 1000*ms, map[string]any{"http.method": "POST"})
+		}
+		chain := b.span(top, 1*ms, 900*ms, map[string]any{"openinference.span.kind": "CHAIN"})
+		b.span(chain, 2*ms, 3*ms, map[string]any{"openinference.span.kind": "LLM"})
+		b.span(chain, 4*ms, 5*ms, map[string]any{"openinference.span.kind": "TOOL", "tool.name": "x"}, errored("E"))
+		g := defaultGuard()
+		evs := record(g)
+		g.Replay(b.out)
+		if (len(*evs) == 1) != root {
+			t.Fatalf("root=%v: %d evaluations", root, len(*evs))
+		}
+		if root && (*evs)[0].PromptID != spans.Hex16(chain) {
+			t.Fatalf("prompt ID %q", (*evs)[0].PromptID)
+		}
+	}
+}
+
+// A tool call belongs to its prompt through an intermediate span that ended first, and the
+// outermost of nested invoke_agent spans is the prompt.
+func TestLineageThroughEndedAncestors(t *testing.T) {
+	b := newBuilder(3)
+	outer := b.span(pcommon.SpanID{}, 1*ms, 1000*ms, map[string]any{"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv"})
+	inner := b.span(outer, 2*ms, 900*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+	step := b.span(inner, 3*ms, 4*ms, map[string]any{"framework.step": "run"})
+	b.span(inner, 3*ms, 4*ms, map[string]any{"gen_ai.operation.name": "chat"})
+	// The tool span ends after the step that is its parent.
+	b.span(step, 3*ms, 8*ms, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.tool.call.id": "1", "error.type": "Boom"})
+	b.span(inner, 10*ms, 11*ms, map[string]any{"gen_ai.operation.name": "chat"})
+	g := defaultGuard()
+	evs := record(g)
+	g.Replay(b.out)
+	if len(*evs) != 1 || (*evs)[0].PromptID != "conv" || (*evs)[0].Value != "tracked" || !(*evs)[0].Input.Batch.Complete {
+		t.Fatalf("evaluations %+v", *evs)
+	}
+}
+
+// ADK's merged tool span is not a call; a placeholder call ID counts as missing (the span ID).
+func TestMergedToolsAndPlaceholderCallID(t *testing.T) {
+	b := newBuilder(4)
+	p := b.span(pcommon.SpanID{}, 1*ms, 100*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+	b.span(p, 2*ms, 3*ms, map[string]any{"gen_ai.operation.name": "chat"})
+	b.span(p, 4*ms, 9*ms, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "(merged tools)", "gen_ai.tool.call.id": "m"})
+	a := b.span(p, 5*ms, 6*ms, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.tool.call.id": "<not specified>", "error.type": "e"})
+	c := b.span(p, 5*ms, 6*ms, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.tool.call.id": "", "error.type": "e"})
+	g := defaultGuard()
+	evs := record(g)
+	g.Replay(b.out)
+	obs := (*evs)[0].Input.Batch.Observations
+	if len(obs) != 2 || obs[0].CallID != spans.Hex16(a) || obs[1].CallID != spans.Hex16(c) {
+		t.Fatalf("observations %+v", obs)
+	}
+}
+
+func acpPrompt(b *builder, id string, start, end uint64, extra map[string]any) pcommon.SpanID {
+	attrs := map[string]any{"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": id}
+	for k, v := range extra {
+		attrs[k] = v
+	}
+	return b.span(pcommon.SpanID{}, start, end, attrs)
+}
+
+func acpBatch(b *builder, parent pcommon.SpanID, id string, start uint64, calls int) pcommon.SpanID {
+	batch := b.span(parent, start, start+50*ms, map[string]any{"acp.prompt.id": id, "acp.batch.admitted": int64(calls), "acp.input.reliable": true})
+	for c := 0; c < calls; c++ {
+		b.span(batch, start+1*ms, start+2*ms, map[string]any{
+			"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read", "gen_ai.tool.call.id": string(rune('a' + c)),
+			"acp.tool.type": "native", "acp.tool.status": "error", "acp.tool.execution.status": "error", "acp.tool.execution.error_type": "enoent",
+		})
+	}
+	return batch
+}
+
+// A tool span arriving in a later part of its trace, after its batch span was replayed, is a
+// late_span, not an observation.
+func TestLateSection3Call(t *testing.T) {
+	b := newBuilder(5)
+	batch := acpBatch(b, pcommon.SpanID{}, "p", 1*ms, 1)
+	first := b.out
+	b.out = nil
+	b.span(batch, 2*ms, 3*ms, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.id": "z", "acp.tool.type": "native"})
+	g := defaultGuard()
+	g.Replay(first)
+	out := g.Replay(b.out)
+	if count(out, telemetry.DiagLateSpan) != 1 || g.Batches != 1 {
+		t.Fatalf("late spans %d, batches %d", count(out, telemetry.DiagLateSpan), g.Batches)
+	}
+}
+
+// max_prompts evicts the oldest idle prompt first; the TTL (span time) expires prompts.
+func TestEvictionAndExpiry(t *testing.T) {
+	b := newBuilder(6)
+	acpBatch(b, pcommon.SpanID{}, "p1", 1*ms, 1)
+	acpBatch(b, pcommon.SpanID{}, "p2", 100*ms, 1)
+	acpBatch(b, pcommon.SpanID{}, "p3", 200*ms, 1)
+	g := New(Config{MaxPrompts: 2, PromptTTLNanos: 3600 * 1000 * ms})
+	out := g.Replay(b.out)
+	if count(out, telemetry.DiagEvicted) != 1 || g.TrackedPrompts() != 2 {
+		t.Fatalf("evicted %d, tracked %d", count(out, telemetry.DiagEvicted), g.TrackedPrompts())
+	}
+	g = New(Config{MaxPrompts: 10, PromptTTLNanos: 50 * ms})
+	out = g.Replay(b.out)
+	if count(out, telemetry.DiagExpired) != 2 || g.TrackedPrompts() != 1 {
+		t.Fatalf("expired %d, tracked %d", count(out, telemetry.DiagExpired), g.TrackedPrompts())
+	}
+}
+
+// A dropped prompt's state is rebuilt with enforcement disabled while its prompt span is open.
+func TestRebuiltStateNeverEnforces(t *testing.T) {
+	b := newBuilder(7)
+	p := acpPrompt(b, "keep", 0, 10_000*ms, nil)
+	acpBatch(b, p, "keep", 1*ms, 1)
+	acpBatch(b, pcommon.SpanID{}, "other", 100*ms, 1)
+	acpBatch(b, p, "keep", 200*ms, 1)
+	g := New(Config{MaxPrompts: 1, PromptTTLNanos: 3600 * 1000 * ms})
+	evs := record(g)
+	g.Replay(b.out)
+	last := (*evs)[len(*evs)-1]
+	if last.PromptID != "keep" || !last.Before.EnforcementDisabled {
+		t.Fatalf("last evaluation %+v", last)
+	}
+}
+
+// Two prompt spans open at once with one ID: prompt_collision, enforcement disabled.
+func TestPromptCollision(t *testing.T) {
+	b := newBuilder(8)
+	p := acpPrompt(b, "dup", 0, 1000*ms, nil)
+	acpPrompt(b, "dup", 5*ms, 900*ms, nil)
+	acpBatch(b, p, "dup", 10*ms, 1)
+	g := defaultGuard()
+	evs := record(g)
+	out := g.Replay(b.out)
+	if count(out, telemetry.DiagPromptCollision) != 1 || !(*evs)[0].Before.EnforcementDisabled {
+		t.Fatalf("collisions %d, %+v", count(out, telemetry.DiagPromptCollision), *evs)
+	}
+}
+
+// A GenAI prompt span with the same ID as an open section 3 prompt span is a collision too.
+func TestCollisionAcrossProfiles(t *testing.T) {
+	b := newBuilder(9)
+	acpPrompt(b, "conv", 0, 1000*ms, nil)
+	b2 := newBuilder(10)
+	b2.span(pcommon.SpanID{}, 5*ms, 900*ms, map[string]any{"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv"})
+	g := defaultGuard()
+	all := append(b.out, b2.out...)
+	out := g.Replay(all)
+	if count(out, telemetry.DiagPromptCollision) != 1 {
+		t.Fatalf("collisions %d", count(out, telemetry.DiagPromptCollision))
+	}
+}
+
+// More calls than a batch may keep: batch_overflow, and the batch is incomplete.
+func TestBatchOverflow(t *testing.T) {
+	b := newBuilder(11)
+	acpBatch(b, pcommon.SpanID{}, "p", 1*ms, 3)
+	g := New(Config{MaxPrompts: 10, PromptTTLNanos: 3600 * 1000 * ms, MaxCallsPerBatch: 2})
+	evs := record(g)
+	out := g.Replay(b.out)
+	if count(out, telemetry.DiagBatchOverflow) != 1 || (*evs)[0].Input.Batch.Complete {
+		t.Fatalf("overflow %d, %+v", count(out, telemetry.DiagBatchOverflow), *evs)
+	}
+}
+
+// Opted-out prompts (route, channel marker) get no evaluation at all.
+func TestOptedOutPrompt(t *testing.T) {
+	b := newBuilder(12)
+	p := acpPrompt(b, "cron", 0, 1000*ms, map[string]any{"acp.prompt.route": "cron"})
+	acpBatch(b, p, "cron", 1*ms, 4)
+	g := defaultGuard()
+	evs := record(g)
+	out := g.Replay(b.out)
+	if len(*evs) != 0 || len(out.Transitions) != 0 {
+		t.Fatalf("opted-out prompt evaluated: %+v", *evs)
+	}
+}
+
+// Classification reads the attributes a span ended with: an execute_tool span that gained its
+// tool attributes after it started is still a call (nothing here knows the start attributes).
+func TestMalformedValuesNeverPanic(t *testing.T) {
+	b := newBuilder(13)
+	batch := b.span(pcommon.SpanID{}, 1*ms, 9*ms, map[string]any{"acp.prompt.id": "p", "acp.batch.admitted": "two", "acp.input.reliable": "yes"})
+	b.span(batch, 2*ms, 3*ms, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.id": int64(3), "acp.tool.type": true, "acp.tool.status": []any{"x"}})
+	b.span(batch, 2*ms, 1*ms, map[string]any{"gen_ai.operation.name": "execute_tool"}) // ends before it starts
+	b.span(pcommon.SpanID{9}, 0, 0, map[string]any{"acp.prompt.id": int64(1)})
+	g := defaultGuard()
+	evs := record(g)
+	g.Replay(b.out)
+	if len(*evs) != 1 || (*evs)[0].Decision.Kind != "reset" && (*evs)[0].Decision.Kind != "none" {
+		t.Fatalf("%+v", *evs)
+	}
+}
+
+// A prompt ID of more than 256 characters is kept as its digest: equal IDs still meet, the
+// diagnostic long_prompt_id is counted and the ID itself is never named.
+func TestLongPromptIDKeptAsDigest(t *testing.T) {
+	id := ""
+	for len(id) < 300 {
+		id += "prompt-"
+	}
+	b := newBuilder(14)
+	acpBatch(b, pcommon.SpanID{}, id, 1*ms, 4)
+	acpBatch(b, pcommon.SpanID{}, id, 100*ms, 4)
+	g := defaultGuard()
+	evs := record(g)
+	out := g.Replay(b.out)
+	if count(out, telemetry.DiagLongPromptID) != 2 || len(*evs) != 2 || (*evs)[1].Value != "would_warn" {
+		t.Fatalf("long IDs %d, %+v", count(out, telemetry.DiagLongPromptID), *evs)
+	}
+	if got := (*evs)[0].PromptID; len(got) != 71 || got[:7] != "sha256:" {
+		t.Fatalf("prompt ID %q", got)
+	}
+}

@@ -1,0 +1,100 @@
+package spans
+
+import (
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/telemetry"
+)
+
+func read(attrs map[string]any, mutate ...func(ptrace.Span)) *Span {
+	s := ptrace.NewSpan()
+	if err := s.Attributes().FromRaw(attrs); err != nil {
+		panic(err)
+	}
+	for _, m := range mutate {
+		m(s)
+	}
+	return Read(s, telemetry.Resource{})
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		name  string
+		attrs map[string]any
+		root  bool
+		want  Kind
+	}{
+		{"acp prompt", map[string]any{OperationName: InvokeAgent, PromptID: "p"}, true, ACPPrompt},
+		{"acp batch", map[string]any{PromptID: "p", BatchAdmitted: int64(2)}, false, ACPBatch},
+		{"invoke_agent with admitted is a batch", map[string]any{OperationName: InvokeAgent, PromptID: "p", BatchAdmitted: int64(2)}, false, ACPBatch},
+		{"prompt ID not a string", map[string]any{PromptID: int64(3)}, false, Other},
+		{"acp tool", map[string]any{OperationName: ExecuteTool, ToolType: "native"}, false, ACPTool},
+		{"genai tool", map[string]any{OperationName: ExecuteTool, ToolName: "t"}, false, GenAITool},
+		{"tool by attributes", map[string]any{ToolName: "t", ToolCallID: "c"}, false, GenAITool},
+		{"merged tools", map[string]any{OperationName: ExecuteTool, ToolName: MergedTools}, false, Other},
+		{"genai prompt", map[string]any{OperationName: InvokeAgent}, true, GenAIPrompt},
+		{"model call", map[string]any{OperationName: "generate_content"}, false, ModelCall},
+		{"other operation", map[string]any{OperationName: "embeddings"}, false, Other},
+		{"oi agent", map[string]any{OISpanKind: "AGENT"}, false, OIPrompt},
+		{"oi root chain", map[string]any{OISpanKind: "CHAIN"}, true, OIPrompt},
+		{"oi inner chain", map[string]any{OISpanKind: "CHAIN"}, false, Other},
+		{"oi llm", map[string]any{OISpanKind: "LLM"}, false, ModelCall},
+		{"oi lower case", map[string]any{OISpanKind: "agent"}, false, OIPrompt},
+		{"oi with a non-string operation", map[string]any{OISpanKind: "AGENT", OperationName: int64(1)}, false, Other},
+		{"oi tool", map[string]any{OISpanKind: "TOOL"}, false, GenAITool},
+		{"oi with acp", map[string]any{OISpanKind: "TOOL", "acp.tool.type": "native"}, false, Other},
+		{"oi with genai operation", map[string]any{OISpanKind: "AGENT", OperationName: "chat"}, false, ModelCall},
+		{"plain", map[string]any{"http.method": "GET"}, true, Other},
+	}
+	for _, c := range cases {
+		if got := Classify(read(c.attrs), c.root); got != c.want {
+			t.Errorf("%s: got %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestInferredCall(t *testing.T) {
+	exception := func(typ string) func(ptrace.Span) {
+		return func(s ptrace.Span) {
+			s.Status().SetCode(ptrace.StatusCodeError)
+			e := s.Events().AppendEmpty()
+			e.SetName("exception")
+			e.Attributes().PutStr(ExceptionType, "First")
+			e = s.Events().AppendEmpty()
+			e.SetName("exception")
+			e.Attributes().PutStr(ExceptionType, typ)
+		}
+	}
+	id, name, toolType, failed, errType := InferredCall(read(map[string]any{ToolName: "t", ToolCallID: "c1", ErrorType: "ValueError", "mcp.server": "x"}))
+	if id != "c1" || *name != "t" || toolType != "mcp" || !failed || *errType != "valueerror" {
+		t.Fatalf("genai: %q %v %q %v %v", id, name, toolType, failed, errType)
+	}
+	_, _, toolType, failed, errType = InferredCall(read(map[string]any{OISpanKind: "TOOL", OIToolName: "s", OIToolID: "tid"}, exception("KeyError")))
+	if toolType != "native" || !failed || *errType != "keyerror" {
+		t.Fatalf("oi: %v %v", failed, errType)
+	}
+	id, _, _, failed, _ = InferredCall(read(map[string]any{OISpanKind: "TOOL", OIToolCallID: "", OIToolID: "tid"}))
+	if id != "tid" || failed {
+		t.Fatalf("oi id %q", id)
+	}
+	_, _, _, failed, errType = InferredCall(read(map[string]any{ToolName: "t"}, func(s ptrace.Span) { s.Status().SetCode(ptrace.StatusCodeError) }))
+	if !failed || errType != nil {
+		t.Fatalf("untyped error: %v %v", failed, errType)
+	}
+}
+
+func TestOptedOutAndPromptID(t *testing.T) {
+	if OptedOut(read(map[string]any{PromptRoute: "interactive"})) || !OptedOut(read(map[string]any{PromptRoute: "cron"})) ||
+		!OptedOut(read(map[string]any{PromptChannel: true})) || OptedOut(read(map[string]any{PromptChannel: "true"})) {
+		t.Fatal("OptedOut")
+	}
+	s := read(map[string]any{ConversationID: "conv", OISessionID: "sess"})
+	if GenAIPromptID(s, false) != "conv" || GenAIPromptID(s, true) != "sess" {
+		t.Fatal("GenAIPromptID")
+	}
+	if GenAIPromptID(read(map[string]any{}), false) != "0000000000000000" {
+		t.Fatal("span ID as 16 hex digits")
+	}
+}
