@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-agents = pytest.importorskip(
+pytest.importorskip(
     "agents", reason="the OpenAI Agents SDK integration needs the 'openai-agents' extra"
 )
 
+import agents
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage

@@ -50,6 +50,7 @@ from agents.handoffs import Handoff, handoff
 from agents.items import ModelResponse, TResponseInputItem
 from agents.run_config import CallModelData, ModelInputData, ToolErrorFormatterArgs
 from agents.tool_context import ToolContext
+from openai.types.responses import ResponseFunctionToolCall
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
@@ -198,7 +199,7 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
         calls = [
             (item.call_id, item.name)
             for item in response.output
-            if getattr(item, "type", None) == "function_call" and item.name not in handoffs
+            if isinstance(item, ResponseFunctionToolCall) and item.name not in handoffs
         ]
         with self._lock:
             if self._prompt is None or not calls:
