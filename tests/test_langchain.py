@@ -354,3 +354,60 @@ def test_documented_example_stops_after_five_responses(capsys: pytest.CaptureFix
     assert capsys.readouterr().out.splitlines() == [STOP_MESSAGE]
     responses = [m for m in namespace["history"] if isinstance(m, AIMessage)]
     assert len(responses) == 5
+
+
+def test_guard_bookkeeping_that_fails_never_reaches_the_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from otel_guard.integrations import producer
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("bookkeeping failed")
+
+    monkeypatch.setattr(producer.ToolBatch, "start_call", broken)
+    setup = Setup("enforce")
+    model = ScriptedModel(script=failing)
+    assert _invoke(setup.agent(model))["messages"][-1].content == "giving up"
+    assert len(model.requests) == TURNS + 1 and setup.decisions() == {}
+
+
+def test_runs_lost_to_an_exception_are_closed_past_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import otel_guard.integrations.langchain as integration
+
+    monkeypatch.setattr(integration, "_MAX_OPEN_RUNS", 2)
+    setup = Setup("shadow")
+    agent = create_agent(
+        ScriptedModel(script=failing), tools=[run_shell], middleware=[setup.middleware]
+    )
+    for _ in range(3):  # no ToolErrorMiddleware: each run ends with the tool's exception
+        with pytest.raises(ToolException):
+            _invoke(agent)
+    prompts = [
+        s for s in setup.harness.span_exporter.get_finished_spans() if s.name == "invoke_agent"
+    ]
+    assert len(prompts) == 1  # the oldest of three open runs, closed when the third started
+    # Its batch, never settled by the run, is evaluated as it stood: both calls had failed.
+    (evaluation,) = setup.evaluations
+    assert evaluation.batch.complete and len(evaluation.batch.observations) == 2
+    assert evaluation.decision.kind == "tracked"
+
+
+def test_exported_spans_replay_to_the_live_decisions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from otel_guard.cli import main
+    from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
+
+    setup = Setup("shadow")
+    _invoke(setup.agent(ScriptedModel(script=failing)))
+    path = tmp_path / "langchain.jsonl"
+    with open(path, "w", encoding="utf-8") as stream:
+        OtlpJsonSpanExporter(stream).export(setup.harness.span_exporter.get_finished_spans())
+    assert main(["replay", "--format", "json", str(path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["invariant_violations"] == 0
+    assert {k: v for k, v in report["decisions"].items() if v} == setup.decisions()

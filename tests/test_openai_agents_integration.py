@@ -256,3 +256,63 @@ def test_documented_example_stops_after_five_responses(capsys: pytest.CaptureFix
     exec(compile(example, str(page), "exec"), namespace)
     assert capsys.readouterr().out.splitlines() == [STOP_MESSAGE]
     assert namespace["model"].responses == 5
+
+
+def test_guard_bookkeeping_that_fails_never_reaches_the_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from otel_guard.integrations import producer
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("bookkeeping failed")
+
+    monkeypatch.setattr(producer.ToolBatch, "start_call", broken)
+    setup = Setup("enforce")
+    model = ScriptedModel()
+    assert setup.run(model).final_output == "giving up"
+    assert len(model.inputs) == TURNS + 1 and setup.decisions() == {}
+
+
+def test_a_formatter_in_the_base_config_still_writes_the_message() -> None:
+    seen: list[str] = []
+
+    def formatter(args: Any) -> str:
+        seen.append(args.kind)
+        return f"failed: {type(args.error).__name__}"
+
+    setup = Setup("shadow")
+    model = ScriptedModel()
+    hooks = RepeatedToolFailureHooks(
+        setup.harness.guard, tracer_provider=setup.harness.tracer_provider
+    )
+    agent = agents.Agent(name="builder", model=model, tools=[run_shell])
+    with hooks:
+        config = hooks.run_config(agents.RunConfig(tool_error_formatter=formatter))
+        asyncio.run(agents.Runner.run(agent, "x", hooks=hooks, run_config=config))
+    assert seen == ["tool_exception"] * 2 * TURNS
+    outputs = [
+        i
+        for i in model.inputs[1]
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+    assert {o["output"] for o in outputs} == {"failed: OSError"}
+    assert setup.decisions() == {"tracked": 3, "would_warn": 1, "would_stop": 1}
+
+
+def test_exported_spans_replay_to_the_live_decisions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from otel_guard.cli import main
+    from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
+
+    setup = Setup("shadow")
+    setup.run(ScriptedModel())
+    path = tmp_path / "openai-agents.jsonl"
+    with open(path, "w", encoding="utf-8") as stream:
+        OtlpJsonSpanExporter(stream).export(setup.harness.span_exporter.get_finished_spans())
+    assert main(["replay", "--format", "json", str(path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["invariant_violations"] == 0
+    assert {k: v for k, v in report["decisions"].items() if v} == setup.decisions()

@@ -232,3 +232,69 @@ def test_documented_example_stops_after_five_responses(capsys: pytest.CaptureFix
     exec(compile(example, str(page), "exec"), namespace)
     assert capsys.readouterr().out.splitlines() == [STOP_MESSAGE]
     assert namespace["model"].responses == 5
+
+
+def test_an_mcp_tool_is_recorded_as_mcp() -> None:
+    from mcp.types import Tool as MCPTool
+    from strands.tools.mcp import MCPAgentTool
+
+    class FailingMCPTool(MCPAgentTool):
+        """An MCP tool whose server call fails (no server needed)."""
+
+        async def stream(self, tool_use: Any, invocation_state: Any, **kwargs: Any) -> Any:
+            raise ConnectionResetError("server went away")
+            yield  # an async generator, like the real one
+
+    mcp_tool = FailingMCPTool(MCPTool(name="fetch", inputSchema={"type": "object"}), None)  # type: ignore[arg-type]
+
+    def script(step: int) -> list[tuple[str, str]]:
+        return [("fetch", "{}")] * 2 if step <= TURNS else []
+
+    setup = Setup("shadow")
+    agent = Agent(
+        model=ScriptedModel(script), tools=[mcp_tool], hooks=[setup.hooks], callback_handler=None
+    )
+    agent("fetch it")
+    tools = [
+        s
+        for s in setup.harness.span_exporter.get_finished_spans()
+        if s.name == "execute_tool fetch"
+    ]
+    assert len(tools) == 2 * TURNS
+    assert {(s.attributes or {}).get("acp.tool.type") for s in tools} == {"mcp"}
+    assert setup.observations()[0][1:] == ("error", "connection_reset_error")
+    assert setup.decisions() == {"tracked": 3, "would_warn": 1, "would_stop": 1}
+
+
+def test_guard_bookkeeping_that_fails_never_reaches_the_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from otel_guard.integrations import producer
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("bookkeeping failed")
+
+    monkeypatch.setattr(producer.ToolBatch, "start_call", broken)
+    setup = Setup("enforce")
+    model = ScriptedModel()
+    assert str(setup.run(model)).strip() == "giving up"
+    assert len(model.requests) == TURNS + 1 and setup.decisions() == {}
+
+
+def test_exported_spans_replay_to_the_live_decisions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from otel_guard.cli import main
+    from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
+
+    setup = Setup("shadow")
+    setup.run(ScriptedModel())
+    path = tmp_path / "strands.jsonl"
+    with open(path, "w", encoding="utf-8") as stream:
+        OtlpJsonSpanExporter(stream).export(setup.harness.span_exporter.get_finished_spans())
+    assert main(["replay", "--format", "json", str(path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["invariant_violations"] == 0
+    assert {k: v for k, v in report["decisions"].items() if v} == setup.decisions()
