@@ -316,3 +316,27 @@ def test_exported_spans_replay_to_the_live_decisions(
     report = json.loads(capsys.readouterr().out)
     assert report["invariant_violations"] == 0
     assert {k: v for k, v in report["decisions"].items() if v} == setup.decisions()
+
+
+def test_beside_the_sdks_own_instrumentation_each_batch_is_decided_once() -> None:
+    instrumentation = pytest.importorskip(
+        "opentelemetry.instrumentation.openai_agents",
+        reason="the SDK's instrumentation needs the 'openai-agents' extra",
+    )
+    agents.set_tracing_disabled(False)
+    agents.set_trace_processors([])  # the SDK's own export would leave the machine
+    setup = Setup("enforce")
+    instrumentor = instrumentation.OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=setup.harness.tracer_provider)
+    try:
+        model = ScriptedModel()
+        with pytest.raises(RepeatedToolFailureStopped):
+            setup.run(model)
+    finally:
+        instrumentor.uninstrument()
+        agents.set_trace_processors([])
+    assert len(model.inputs) == 5
+    assert setup.decisions() == {"tracked": 3, "warned": 1, "stopped": 1}
+    assert {e.profile for e in setup.evaluations} == {"acp"}
+    names = [s.name for s in setup.harness.span_exporter.get_finished_spans()]
+    assert names.count("run_shell.tool") == names.count("execute_tool run_shell") == 10
