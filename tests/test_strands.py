@@ -298,3 +298,39 @@ def test_exported_spans_replay_to_the_live_decisions(
     report = json.loads(capsys.readouterr().out)
     assert report["invariant_violations"] == 0
     assert {k: v for k, v in report["decisions"].items() if v} == setup.decisions()
+
+
+def test_a_call_cancelled_while_it_ran_is_cancelled() -> None:
+    from mcp.types import Tool as MCPTool
+    from strands.tools.mcp import MCPAgentTool
+    from strands.types._events import ToolResultEvent
+
+    class CancelledMCPTool(MCPAgentTool):
+        """An MCP call that the agent cancelled while the server worked on it."""
+
+        async def stream(self, tool_use: Any, invocation_state: Any, **kwargs: Any) -> Any:
+            yield ToolResultEvent(
+                {
+                    "toolUseId": tool_use["toolUseId"],
+                    "status": "error",
+                    "content": [{"text": "cancelled"}],
+                    "cancelled": True,
+                }
+            )
+
+    mcp_tool = CancelledMCPTool(MCPTool(name="fetch", inputSchema={"type": "object"}), None)  # type: ignore[arg-type]
+
+    def script(step: int) -> list[tuple[str, str]]:
+        return [("fetch", "{}")] if step == 1 else []
+
+    setup = Setup("shadow")
+    Agent(
+        model=ScriptedModel(script), tools=[mcp_tool], hooks=[setup.hooks], callback_handler=None
+    )("fetch it")
+    tools = [
+        s
+        for s in setup.harness.span_exporter.get_finished_spans()
+        if s.name == "execute_tool fetch"
+    ]
+    assert [(s.attributes or {}).get("acp.tool.status") for s in tools] == ["cancelled"]
+    assert setup.observations() == [("s1-c0", "cancelled", None)]

@@ -18,8 +18,9 @@ call has settled and before the model is called again:
 * a tool that raises is an execution ``error`` typed by the exception's class in snake case
   (Strands hands the exception to ``AfterToolCallEvent``);
 * a call cancelled by a hook (``cancel_tool``, a permission denial) or naming an unknown tool is
-  ``not_started``; a call of the message that never ran is ``not_started`` too; an error result
-  without an exception is ``unknown``: none of them counts;
+  ``not_started``; a call of the message that never ran is ``not_started`` too; a result marked
+  ``cancelled`` (a running call the agent cancelled) is ``cancelled``; an error result without an
+  exception is ``unknown``: none of them counts;
 * MCP tools (``MCPAgentTool``) are ``mcp``, every other tool ``native``.
 
 Modes are the guard's: ``shadow`` (and ``off``) never change the run; in ``warn`` and
@@ -53,7 +54,13 @@ from strands.hooks import (
 from strands.tools.mcp import MCPAgentTool
 
 from otel_guard.guard.processor import GuardSpanProcessor
-from otel_guard.integrations._hooks import check_route, guard_only_provider, quietly, settle
+from otel_guard.integrations._hooks import (
+    cancel,
+    check_route,
+    guard_only_provider,
+    quietly,
+    settle,
+)
 from otel_guard.integrations.producer import (
     PromptScope,
     ToolBatch,
@@ -191,7 +198,9 @@ class RepeatedToolFailureHooks(HookProvider):
             return
         if event.retry:
             return  # discarded: the tool runs again
-        if event.cancel_message is not None or event.selected_tool is None:
+        if event.result.get("cancelled") is True:
+            cancel(call)  # cancelled while it ran (an MCP call the agent cancelled)
+        elif event.cancel_message is not None or event.selected_tool is None:
             settle(call, "not_started")  # denied by a hook before it ran, or an unknown tool
         elif event.exception is not None:
             settle(call, "error", error_type_of(event.exception))
