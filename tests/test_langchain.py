@@ -411,3 +411,33 @@ def test_exported_spans_replay_to_the_live_decisions(
     report = json.loads(capsys.readouterr().out)
     assert report["invariant_violations"] == 0
     assert {k: v for k, v in report["decisions"].items() if v} == setup.decisions()
+
+
+def test_a_cancelled_call_ends_cancelled_and_counts_nothing() -> None:
+    import asyncio
+
+    @tool
+    async def wait_for_build() -> str:
+        """Wait for the build."""
+        raise asyncio.CancelledError  # the task running the tool was cancelled
+
+    def script(step: int, messages: list[BaseMessage]) -> list[dict[str, Any]]:
+        return _calls(step, "wait_for_build", width=1, wait=True) if step == 1 else []
+
+    setup = Setup("shadow")
+    agent = create_agent(
+        ScriptedModel(script=script), tools=[wait_for_build], middleware=[setup.middleware]
+    )
+    from langgraph.errors import NodeCancelledError
+
+    with pytest.raises((asyncio.CancelledError, NodeCancelledError)):
+        asyncio.run(agent.ainvoke({"messages": [{"role": "user", "content": "wait"}]}))
+    (span,) = [
+        s
+        for s in setup.harness.span_exporter.get_finished_spans()
+        if s.name == "execute_tool wait_for_build"
+    ]
+    attributes = span.attributes or {}
+    assert attributes["acp.tool.status"] == "cancelled"
+    assert attributes["acp.tool.execution.status"] == "cancelled"
+    assert setup.decisions() == {}
