@@ -205,7 +205,14 @@ def test_rejected_approvals_and_unknown_tools_never_count() -> None:
     setup = Setup("shadow")
     guard, provider = setup.harness.guard, setup.harness.tracer_provider
     agent = agents.Agent(name="builder", model=ScriptedModel(script), tools=[deploy])
-    config = agents.RunConfig(tool_not_found_behavior="return_error_to_model")
+    kinds: list[str] = []
+
+    def formatter(args: Any) -> None:
+        kinds.append(args.kind)  # the SDK's message stays
+
+    config = agents.RunConfig(
+        tool_not_found_behavior="return_error_to_model", tool_error_formatter=formatter
+    )
     with RepeatedToolFailureHooks(guard, tracer_provider=provider) as hooks:
         run_config = hooks.run_config(config)
         result = asyncio.run(agents.Runner.run(agent, "x", hooks=hooks, run_config=run_config))
@@ -214,6 +221,7 @@ def test_rejected_approvals_and_unknown_tools_never_count() -> None:
         for interruption in result.interruptions:
             state.reject(interruption)
         asyncio.run(agents.Runner.run(agent, state, hooks=hooks, run_config=run_config))
+    assert sorted(kinds) == ["approval_rejected", "tool_not_found"]
     assert setup.observations() == [("s1-c0", "not_started", None), ("s1-c1", "not_started", None)]
     assert setup.decisions() == {}
 
