@@ -348,3 +348,25 @@ def test_beside_the_sdks_own_instrumentation_each_batch_is_decided_once() -> Non
     assert {e.profile for e in setup.evaluations} == {"acp"}
     names = [s.name for s in setup.harness.span_exporter.get_finished_spans()]
     assert names.count("run_shell.tool") == names.count("execute_tool run_shell") == 10
+
+
+def test_a_cancelled_call_ends_cancelled_and_counts_nothing() -> None:
+    @agents.function_tool
+    async def wait_for_build() -> str:
+        """Wait for the build."""
+        raise asyncio.CancelledError  # the task running the tool was cancelled
+
+    def script(step: int) -> list[tuple[str, str]]:
+        return [("wait_for_build", "{}")] if step == 1 else []
+
+    setup = Setup("shadow")
+    hooks = RepeatedToolFailureHooks(
+        setup.harness.guard, tracer_provider=setup.harness.tracer_provider
+    )
+    agent = agents.Agent(name="builder", model=ScriptedModel(script), tools=[wait_for_build])
+    with hooks:
+        asyncio.run(agents.Runner.run(agent, "x", hooks=hooks, run_config=hooks.run_config()))
+    (evaluation,) = setup.evaluations
+    (observation,) = evaluation.batch.observations
+    assert (observation.terminal_status, observation.execution_status) == ("cancelled", "cancelled")
+    assert evaluation.decision.kind == "none"

@@ -19,7 +19,8 @@ spans and evaluated in ``call_model_input_filter``, before the next model call:
   case; the SDK turns the exception into a message for the model and hands it to
   ``RunConfig.tool_error_formatter`` first, which is where the guard reads it (a formatter
   already in the base ``RunConfig`` still decides the message);
-* an approval rejection and a call to an unknown tool are ``not_started``, a cancelled call
+* an approval rejection and a call to an unknown tool are ``not_started``; a cancelled call
+  (the SDK answers it with its default failure message without calling the formatter) is
   ``cancelled``; a call of the response that never ran (the run ended first) is
   ``not_started``: none of them counts;
 * handoffs and hosted tools are not tool calls of a batch.
@@ -45,7 +46,15 @@ import threading
 import uuid
 from typing import Any
 
-from agents import Agent, AgentsException, RunConfig, RunContextWrapper, RunHooks, Tool
+from agents import (
+    Agent,
+    AgentsException,
+    RunConfig,
+    RunContextWrapper,
+    RunHooks,
+    Tool,
+    default_tool_error_function,
+)
 from agents.handoffs import Handoff, handoff
 from agents.items import ModelResponse, TResponseInputItem
 from agents.run_config import CallModelData, ModelInputData, ToolErrorFormatterArgs
@@ -55,7 +64,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
 from otel_guard.guard.processor import GuardSpanProcessor
-from otel_guard.integrations._hooks import check_route, guard_only_provider, quietly, settle
+from otel_guard.integrations._hooks import (
+    cancel,
+    check_route,
+    guard_only_provider,
+    quietly,
+    settle,
+)
 from otel_guard.integrations.producer import (
     PromptScope,
     ToolBatch,
@@ -267,7 +282,13 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
         if not isinstance(context, ToolContext):
             return
         call = quietly(_logger, lambda: self._call(context.tool_call_id, start=False))
-        if call is not None and call.execution_status is None:
+        if call is None or call.execution_status is not None:
+            return
+        if result == default_tool_error_function(context, Exception()):
+            # The SDK's default failure message without a formatter call: only a cancellation
+            # (which the SDK keeps from the formatter) is handled that way.
+            quietly(_logger, lambda: cancel(call))
+        else:
             quietly(_logger, lambda: settle(call, "success"))
 
     def _tool_error(self, args: ToolErrorFormatterArgs[Any]) -> None:
@@ -277,9 +298,6 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
                 return
             if args.error is None:
                 settle(call, "unknown")
-            elif type(args.error).__name__ == "_FunctionToolCancelledError":
-                call.cancel()  # the SDK's wrapper of a cancellation: never counted
-                call.finish()
             else:
                 settle(call, "error", error_type_of(args.error))
         else:  # approval_rejected, tool_not_found: the tool never ran
