@@ -70,6 +70,7 @@ __all__ = [
     "is_structured_error_type",
     "prompt_span",
     "start_batch",
+    "start_prompt",
 ]
 
 TerminalStatus = Literal["success", "error", "cancelled"]
@@ -236,16 +237,35 @@ def prompt_span(
     channel-driven prompt. Only interactive prompts without the channel marker are guarded. When
     the span ends, the guard discards the prompt's state and any pending action.
     """
+    scope = start_prompt(tracer, prompt_id, route=route, channel=channel, name=name)
+    # Exception messages stay out of the span: they may carry paths or arguments.
+    with trace.use_span(scope.span, end_on_exit=True, record_exception=False):
+        yield scope
+
+
+def start_prompt(
+    tracer: Tracer,
+    prompt_id: str,
+    *,
+    parent: context_api.Context | None = None,
+    route: str | None = None,
+    channel: bool = False,
+    name: str = attr.INVOKE_AGENT,
+) -> PromptScope:
+    """Start a prompt span without making it current; end it with ``scope.span.end()``.
+
+    For hosts whose run starts and ends in different callbacks (framework hooks), where a
+    ``with`` block cannot span the run. ``parent`` is the context to start it in (the current
+    context when omitted); the other arguments are those of :func:`prompt_span`.
+    """
     _identifier(prompt_id, "prompt_id")
     start_attributes: dict[str, str | bool] = {
         attr.OPERATION_NAME: attr.INVOKE_AGENT,
         attr.PROMPT_ID: prompt_id,
         **_route_attributes(route, channel),
     }
-    span = tracer.start_span(name, attributes=start_attributes)
-    # Exception messages stay out of the span: they may carry paths or arguments.
-    with trace.use_span(span, end_on_exit=True, record_exception=False):
-        yield PromptScope(tracer, prompt_id, span, route, channel)
+    span = tracer.start_span(name, context=parent, attributes=start_attributes)
+    return PromptScope(tracer, prompt_id, span, route, channel)
 
 
 # -- batch --------------------------------------------------------------------------------------

@@ -1,0 +1,238 @@
+"""The repeated-tool-failure guard as a Strands Agents hook provider (extra ``strands``).
+
+::
+
+    from strands import Agent
+    from otel_guard import GuardSpanProcessor
+    from otel_guard.integrations.strands import RepeatedToolFailureHooks
+
+    guard = GuardSpanProcessor(mode="enforce")
+    agent = Agent(model=model, tools=[...], hooks=[RepeatedToolFailureHooks(guard)])
+
+Built on the Strands hook system (strands-agents 1.x): one agent invocation is one prompt
+(``BeforeInvocationEvent`` to ``AfterInvocationEvent``) and the tool uses of one assistant
+message are one batch (``BeforeToolsEvent``), described with
+:mod:`otel_guard.integrations.producer` spans and evaluated in ``AfterToolsEvent``, once every
+call has settled and before the model is called again:
+
+* a tool that raises is an execution ``error`` typed by the exception's class in snake case
+  (Strands hands the exception to ``AfterToolCallEvent``);
+* a call cancelled by a hook (``cancel_tool``, a permission denial) or naming an unknown tool is
+  ``not_started``; a call of the message that never ran is ``not_started`` too; a result marked
+  ``cancelled`` (a running call the agent cancelled) is ``cancelled``; an error result without an
+  exception is ``unknown``: none of them counts;
+* MCP tools (``MCPAgentTool``) are ``mcp``, every other tool ``native``.
+
+Modes are the guard's: ``shadow`` (and ``off``) never change the run; in ``warn`` and
+``enforce`` the reminder is added as a text block to the message carrying the batch's tool
+results, so the next model call reads it; in ``enforce`` the invocation then ends normally with
+the stop text as the final assistant message (``AfterToolsEvent.end_turn``), without calling the
+model again, and :attr:`RepeatedToolFailureHooks.stopped` names the stopped prompt. One instance
+serves one agent; its invocations run one at a time, as Strands requires. Guard bookkeeping never
+raises into the agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
+from strands.hooks import (
+    AfterInvocationEvent,
+    AfterToolCallEvent,
+    AfterToolsEvent,
+    BeforeInvocationEvent,
+    BeforeToolCallEvent,
+    BeforeToolsEvent,
+    HookProvider,
+    HookRegistry,
+)
+from strands.tools.mcp import MCPAgentTool
+
+from otel_guard.guard.processor import GuardSpanProcessor
+from otel_guard.integrations._hooks import (
+    cancel,
+    check_route,
+    guard_only_provider,
+    quietly,
+    settle,
+)
+from otel_guard.integrations.producer import (
+    PromptScope,
+    ToolBatch,
+    ToolCall,
+    ToolType,
+    error_type_of,
+    start_prompt,
+)
+
+__all__ = ["RepeatedToolFailureHooks"]
+
+_logger = logging.getLogger(__name__)
+_SCOPE = "otel_guard.integrations.strands"
+
+
+class RepeatedToolFailureHooks(HookProvider):
+    """A Strands hook provider that reports each tool batch to a :class:`GuardSpanProcessor`.
+
+    Args:
+        guard: the guard processor; its mode decides what the hooks do.
+        tracer_provider: where the spans go. It must have ``guard`` among its span processors.
+            When omitted, a private provider holding only the guard is used.
+        route, channel: the prompt route markers of docs/contract.md section 3; only
+            interactive prompts without the channel marker are guarded.
+    """
+
+    def __init__(
+        self,
+        guard: GuardSpanProcessor,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        route: str | None = None,
+        channel: bool = False,
+    ) -> None:
+        check_route(route)
+        self.guard = guard
+        self.tracer_provider = tracer_provider or guard_only_provider(guard)
+        self.route = route
+        self.channel = channel
+        self.stopped: str | None = None
+        """The prompt ID of the last invocation the guard stopped, else ``None``."""
+        self._tracer: Tracer = self.tracer_provider.get_tracer(_SCOPE)
+        self._lock = threading.RLock()
+        self._prompt: PromptScope | None = None
+        self._batch: ToolBatch | None = None
+        self._message: int | None = None  # id() of the assistant message of the open batch
+        self._names: dict[str, tuple[str, ToolType]] = {}
+        self._calls: dict[str, ToolCall] = {}
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        registry.add_callback(BeforeInvocationEvent, self._before_invocation)
+        registry.add_callback(AfterInvocationEvent, self._after_invocation)
+        registry.add_callback(BeforeToolsEvent, self._before_tools)
+        registry.add_callback(BeforeToolCallEvent, self._before_tool_call)
+        registry.add_callback(AfterToolCallEvent, self._after_tool_call)
+        registry.add_callback(AfterToolsEvent, self._after_tools)
+
+    # -- invocation: one prompt -----------------------------------------------------------
+
+    def _before_invocation(self, event: BeforeInvocationEvent) -> None:
+        quietly(_logger, self._start)
+
+    def _start(self) -> None:
+        with self._lock:
+            self._end()  # an invocation whose end hook never ran
+            self.stopped = None
+            self._prompt = start_prompt(
+                self._tracer, str(uuid.uuid4()), route=self.route, channel=self.channel
+            )
+
+    def _after_invocation(self, event: AfterInvocationEvent) -> None:
+        quietly(_logger, self._end)
+
+    def _end(self) -> None:
+        with self._lock:
+            prompt, self._prompt = self._prompt, None
+            if prompt is None:
+                return
+            try:
+                if self._batch is not None:
+                    self._batch.abandon(reliable=True)  # the invocation ended mid-batch
+                    self._batch = None
+            finally:
+                prompt.span.end()
+
+    # -- one assistant message's tool uses are one batch -----------------------------------
+
+    def _before_tools(self, event: BeforeToolsEvent) -> None:
+        quietly(_logger, lambda: self._open(event))
+
+    def _open(self, event: BeforeToolsEvent) -> None:
+        with self._lock:
+            if self._prompt is None or self._message == id(event.message):
+                return  # a batch split by an interrupt stays one batch
+            if self._batch is not None:
+                self._batch.abandon(reliable=True)
+            registry = getattr(event.agent, "tool_registry", None)
+            tools = getattr(registry, "registry", {})
+            batch = self._batch = self._prompt.batch()
+            self._message, self._names, self._calls = id(event.message), {}, {}
+            for block in event.message.get("content", []):
+                use = block.get("toolUse")
+                if use is None:
+                    continue
+                call_id, name = use.get("toolUseId"), use.get("name")
+                if not call_id or not name:
+                    continue
+                if call_id in self._names:
+                    batch.record_duplicate(call_id, name)
+                    continue
+                kind: ToolType = "mcp" if isinstance(tools.get(name), MCPAgentTool) else "native"
+                self._names[call_id] = (name, kind)
+                batch.admit(call_id)
+
+    def _call(self, call_id: object) -> ToolCall | None:
+        with self._lock:
+            batch = self._batch
+            if batch is None or not isinstance(call_id, str) or call_id not in self._names:
+                return None
+            call = self._calls.get(call_id)
+            if call is None:
+                name, kind = self._names[call_id]
+                call = self._calls[call_id] = batch.start_call(call_id, name, tool_type=kind)
+            return call
+
+    def _before_tool_call(self, event: BeforeToolCallEvent) -> None:
+        quietly(_logger, lambda: self._call(event.tool_use.get("toolUseId")))
+
+    def _after_tool_call(self, event: AfterToolCallEvent) -> None:
+        quietly(_logger, lambda: self._settle_call(event))
+
+    def _settle_call(self, event: AfterToolCallEvent) -> None:
+        call = self._call(event.tool_use.get("toolUseId"))
+        if call is None or call.finished:
+            return
+        if event.retry:
+            return  # discarded: the tool runs again
+        if event.result.get("cancelled") is True:
+            cancel(call)  # cancelled while it ran (an MCP call the agent cancelled)
+        elif event.cancel_message is not None or event.selected_tool is None:
+            settle(call, "not_started")  # denied by a hook before it ran, or an unknown tool
+        elif event.exception is not None:
+            settle(call, "error", error_type_of(event.exception))
+        elif event.result.get("status") == "error":
+            settle(call, "unknown")  # an error result with no exception to classify
+        else:
+            settle(call, "success")
+
+    def _after_tools(self, event: AfterToolsEvent) -> None:
+        with self._lock:
+            prompt = self._prompt
+            evaluated = quietly(_logger, self._settle)
+        if prompt is None or not evaluated or self.guard.mode not in ("warn", "enforce"):
+            return  # shadow never acts
+        action = quietly(_logger, lambda: self.guard.take_action(prompt.prompt_id))
+        if action is None:
+            return
+        if action.kind == "reminder":
+            event.message["content"].append({"text": action.text})
+        else:
+            event.end_turn = action.text
+            self.stopped = prompt.prompt_id
+
+    def _settle(self) -> bool:
+        batch = self._batch
+        if batch is None:
+            return False
+        for call_id, (name, kind) in self._names.items():
+            call = self._calls.get(call_id) or batch.start_call(call_id, name, tool_type=kind)
+            settle(call, "not_started")
+        self._batch, self._message, self._names, self._calls = None, None, {}, {}
+        # Nothing reaches an invocation from outside while its tools run.
+        batch.record_input_drain(external=False, queued_prompt=False, reliable=True)
+        batch.end()
+        return True
