@@ -9,6 +9,7 @@ exporter by a real Prometheus on which the repository's rules evaluate.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -103,7 +104,7 @@ def test_validate_refuses_a_statement_that_does_not_parse(binary: Path, tmp_path
         env={**os.environ, **env},
     )
     assert result.returncode != 0
-    assert "status.message" in result.stdout + result.stderr
+    assert "transform/genai: statement has invalid syntax" in result.stderr
 
 
 @dataclass
@@ -216,7 +217,17 @@ def test_agent_spans_leave_without_canaries_and_other_services_unchanged(
     )
     by_service = spans_out(gateway.traces)
     assert len(by_service[AGENT_SERVICE]) == len(agent_sent)
-    assert leaks({"sink": gateway.traces.read_bytes()}, FIXED) == []
+    # Span link attributes are out of the transform processor's reach (README: "What the
+    # collector cannot do"): the agent's RedactingSpanExporter removes them. Everything else
+    # must be clean, and the links are where the one known leak is.
+    in_links = {
+        "links": json.dumps([s.get("links", []) for s in by_service[AGENT_SERVICE]]).encode()
+    }
+    assert {place for place, _ in leaks(in_links, FIXED)} == {"mcp_server"}
+    without_links = [
+        {k: v for k, v in s.items() if k != "links"} for s in by_service[AGENT_SERVICE]
+    ]
+    assert leaks({"sink": json.dumps(without_links).encode()}, FIXED) == []
     (other,) = by_service[OTHER_SERVICE]
     assert other["name"] == "GET /checkout"
     assert {a["key"]: a["value"]["stringValue"] for a in other["attributes"]} == OTHER_ATTRIBUTES
@@ -239,11 +250,11 @@ def test_agent_spans_leave_without_canaries_and_other_services_unchanged(
 def test_the_guards_counters_pass_otelcol_yaml_to_prometheus_and_the_rules_evaluate(
     gateway: Gateway, tmp_path: Path
 ) -> None:
-    pytest.importorskip("yaml")
+    yaml = pytest.importorskip("yaml")
+    from test_collector_config import RULES
     from test_prometheus_e2e import (
         PROMETHEUS_BINARY,
         by_labels,
-        rules,
         start_prometheus,
         stop,
     )
@@ -307,6 +318,19 @@ def test_the_guards_counters_pass_otelcol_yaml_to_prometheus_and_the_rules_evalu
             "the guard's decisions through the collector", lambda: seen() == expected, api
         )
         # Every recording rule and alert of the repository loads and evaluates on them.
+        declared_rules = {
+            rule.get("record") or rule.get("alert")
+            for group in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+            for rule in group["rules"]
+        }
+
+        def loaded_rules(api: Any) -> set[str]:
+            return {
+                rule["name"]
+                for group in api.get("/api/v1/rules")["data"]["groups"]
+                for rule in group["rules"]
+            }
+
         wait_for_prometheus(
             "every rule group to be evaluated",
             lambda: (
@@ -315,7 +339,7 @@ def test_the_guards_counters_pass_otelcol_yaml_to_prometheus_and_the_rules_evalu
                     and all(rule.get("health") == "ok" for rule in group["rules"])
                     for group in api.get("/api/v1/rules")["data"]["groups"]
                 )
-                and len(api.get("/api/v1/rules")["data"]["groups"]) == len(rules()["groups"])
+                and loaded_rules(api) == declared_rules
             ),
             api,
         )
