@@ -1,0 +1,298 @@
+package repeatedtoolfailureguardconnector
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/connector/connectortest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/metadata"
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/telemetry"
+)
+
+// readOTLPJSON reads a file of OTLP/JSON trace requests, one a line, as the Collector's file
+// exporter writes them.
+func readOTLPJSON(t testing.TB, path string) []ptrace.Traces {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []ptrace.Traces
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	var u ptrace.JSONUnmarshaler
+	for sc.Scan() {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		td, err := u.UnmarshalTraces(sc.Bytes())
+		require.NoError(t, err)
+		out = append(out, td)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+// golden is what `otel-guard replay --format json` reports for a file of testdata/
+// (testdata/expected.json, checked against the Python replay by tests/test_connector_golden.py).
+type golden struct {
+	Batches      int            `json:"batches"`
+	Decisions    map[string]int `json:"decisions"`
+	ResetReasons map[string]int `json:"reset_reasons"`
+}
+
+func loadGolden(t testing.TB) map[string]golden {
+	raw, err := os.ReadFile(filepath.Join("testdata", "expected.json"))
+	require.NoError(t, err)
+	var g struct {
+		Files map[string]golden `json:"files"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &g))
+	require.NotEmpty(t, g.Files)
+	return g.Files
+}
+
+// run sends the requests through a traces->metrics and a traces->logs connector built by the
+// factory, shuts both down (which replays what is still buffered) and returns the sinks.
+func run(t testing.TB, requests []ptrace.Traces, cfg *Config) (*consumertest.MetricsSink, *consumertest.LogsSink) {
+	f := NewFactory()
+	ctx := context.Background()
+	metrics := new(consumertest.MetricsSink)
+	logs := new(consumertest.LogsSink)
+	set := connectortest.NewNopSettings(metadata.Type)
+	mc, err := f.CreateTracesToMetrics(ctx, set, cfg, metrics)
+	require.NoError(t, err)
+	lc, err := f.CreateTracesToLogs(ctx, set, cfg, logs)
+	require.NoError(t, err)
+	host := componenttest.NewNopHost()
+	require.NoError(t, mc.Start(ctx, host))
+	require.NoError(t, lc.Start(ctx, host))
+	for _, td := range requests {
+		require.NoError(t, mc.ConsumeTraces(ctx, td))
+		require.NoError(t, lc.ConsumeTraces(ctx, td))
+	}
+	require.NoError(t, mc.Shutdown(ctx))
+	require.NoError(t, lc.Shutdown(ctx))
+	return metrics, logs
+}
+
+// lastCounts reads the last export's cumulative sums: metric -> attribute value of key -> count.
+func lastCounts(md []pmetric.Metrics, metric, key string) map[string]int {
+	out := map[string]int{}
+	if len(md) == 0 {
+		return out
+	}
+	last := md[len(md)-1]
+	for i := 0; i < last.ResourceMetrics().Len(); i++ {
+		rm := last.ResourceMetrics().At(i)
+		for j := 0; j < rm.ScopeMetrics().Len(); j++ {
+			sm := rm.ScopeMetrics().At(j)
+			if sm.Scope().Name() != telemetry.ScopeName {
+				continue
+			}
+			for k := 0; k < sm.Metrics().Len(); k++ {
+				m := sm.Metrics().At(k)
+				if m.Name() != metric {
+					continue
+				}
+				dps := m.Sum().DataPoints()
+				for d := 0; d < dps.Len(); d++ {
+					v, ok := dps.At(d).Attributes().Get(key)
+					if ok {
+						out[v.Str()] += int(dps.At(d).IntValue())
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func nonZero(m map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func logRecords(lds []plog.Logs, event string) []plog.LogRecord {
+	var out []plog.LogRecord
+	for _, ld := range lds {
+		for i := 0; i < ld.ResourceLogs().Len(); i++ {
+			rl := ld.ResourceLogs().At(i)
+			for j := 0; j < rl.ScopeLogs().Len(); j++ {
+				sl := rl.ScopeLogs().At(j)
+				for k := 0; k < sl.LogRecords().Len(); k++ {
+					if lr := sl.LogRecords().At(k); lr.EventName() == event {
+						out = append(out, lr)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestDecisionCountsEqualReplay(t *testing.T) {
+	for file, want := range loadGolden(t) {
+		t.Run(file, func(t *testing.T) {
+			requests := readOTLPJSON(t, filepath.Join("testdata", file))
+			metrics, logs := run(t, requests, createDefaultConfig())
+			decisions := lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "decision")
+			require.Equal(t, nonZero(want.Decisions), decisions, "decisions")
+			reasons := lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "reset_reason")
+			require.Equal(t, nonZero(want.ResetReasons), reasons, "reset reasons")
+			modes := lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "mode")
+			for mode := range modes {
+				require.Equal(t, "shadow", mode)
+			}
+			// One transition record per transition, carrying the batch span's trace context.
+			records := logRecords(logs.AllLogs(), telemetry.TransitionEvent)
+			total := 0
+			for _, n := range decisions {
+				total += n
+			}
+			require.Len(t, records, total)
+			for _, lr := range records {
+				require.False(t, lr.TraceID().IsEmpty())
+				require.False(t, lr.SpanID().IsEmpty())
+				v, ok := lr.Attributes().Get("mode")
+				require.True(t, ok)
+				require.Equal(t, "shadow", v.Str())
+				_, ok = lr.Attributes().Get("prompt_id")
+				require.True(t, ok)
+			}
+		})
+	}
+}
+
+// Spans sent in the reverse order, split one span per request, still give replay's counts:
+// the wait window puts them back in the order they started and ended.
+func TestOutOfOrderSpansGiveTheSameCounts(t *testing.T) {
+	want := loadGolden(t)["demo-traces.jsonl"]
+	var single []ptrace.Traces
+	for _, td := range readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl")) {
+		rss := td.ResourceSpans()
+		for i := 0; i < rss.Len(); i++ {
+			for j := 0; j < rss.At(i).ScopeSpans().Len(); j++ {
+				ss := rss.At(i).ScopeSpans().At(j)
+				for k := 0; k < ss.Spans().Len(); k++ {
+					one := ptrace.NewTraces()
+					rs := one.ResourceSpans().AppendEmpty()
+					rss.At(i).Resource().CopyTo(rs.Resource())
+					s := rs.ScopeSpans().AppendEmpty()
+					ss.Scope().CopyTo(s.Scope())
+					ss.Spans().At(k).CopyTo(s.Spans().AppendEmpty())
+					single = append(single, one)
+				}
+			}
+		}
+	}
+	for i, j := 0, len(single)-1; i < j; i, j = i+1, j-1 {
+		single[i], single[j] = single[j], single[i]
+	}
+	metrics, _ := run(t, single, createDefaultConfig())
+	require.Equal(t, nonZero(want.Decisions), lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "decision"))
+}
+
+// The resource's service.version and deployment.environment.name are carried; nothing else
+// of the input resource is.
+func TestResourceCarried(t *testing.T) {
+	requests := readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl"))
+	for _, td := range requests {
+		for i := 0; i < td.ResourceSpans().Len(); i++ {
+			attrs := td.ResourceSpans().At(i).Resource().Attributes()
+			attrs.PutStr("service.version", "9.9.9")
+			attrs.PutStr("deployment.environment.name", "canary-env")
+			attrs.PutStr("host.name", "canary-host")
+		}
+	}
+	metrics, logs := run(t, requests, createDefaultConfig())
+	md := metrics.AllMetrics()
+	require.NotEmpty(t, md)
+	last := md[len(md)-1]
+	require.Positive(t, last.ResourceMetrics().Len())
+	for i := 0; i < last.ResourceMetrics().Len(); i++ {
+		got := last.ResourceMetrics().At(i).Resource().Attributes().AsRaw()
+		require.Equal(t, map[string]any{"service.version": "9.9.9", "deployment.environment.name": "canary-env"}, got)
+	}
+	for _, ld := range logs.AllLogs() {
+		for i := 0; i < ld.ResourceLogs().Len(); i++ {
+			_, ok := ld.ResourceLogs().At(i).Resource().Attributes().Get("host.name")
+			require.False(t, ok)
+		}
+	}
+}
+
+// The ticker replays a trace once `wait` has passed since its last span, without a shutdown.
+func TestWaitWindowReleasesTraces(t *testing.T) {
+	requests := readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl"))
+	cfg := createDefaultConfig()
+	cfg.Wait = 20 * time.Millisecond
+	f := NewFactory()
+	ctx := context.Background()
+	metrics := new(consumertest.MetricsSink)
+	c, err := f.CreateTracesToMetrics(ctx, connectortest.NewNopSettings(metadata.Type), cfg, metrics)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx, componenttest.NewNopHost()))
+	for _, td := range requests {
+		require.NoError(t, c.ConsumeTraces(ctx, td))
+	}
+	require.Eventually(t, func() bool { return len(metrics.AllMetrics()) > 0 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, c.Shutdown(ctx))
+}
+
+// A span of a trace already replayed, sent again, is replayed once and counted.
+func TestDuplicateSpanCounted(t *testing.T) {
+	requests := readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl"))
+	cfg := createDefaultConfig()
+	f := NewFactory()
+	ctx := context.Background()
+	metrics := new(consumertest.MetricsSink)
+	c, err := f.CreateTracesToMetrics(ctx, connectortest.NewNopSettings(metadata.Type), cfg, metrics)
+	require.NoError(t, err)
+	gc := c.(*guardConnector)
+	for _, td := range requests {
+		require.NoError(t, c.ConsumeTraces(ctx, td))
+	}
+	require.NoError(t, gc.flush(ctx, true))
+	first := lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "decision")
+	require.NoError(t, c.ConsumeTraces(ctx, requests[0]))
+	require.NoError(t, c.Shutdown(ctx))
+	require.Equal(t, first, lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "decision"))
+	diags := lastCounts(metrics.AllMetrics(), telemetry.DiagnosticsMetric, "diagnostic")
+	require.Equal(t, requests[0].SpanCount(), diags[telemetry.DiagDuplicateSpan])
+}
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, createDefaultConfig().Validate())
+	for name, mutate := range map[string]func(*Config){
+		"max_prompts zero":     func(c *Config) { c.MaxPrompts = 0 },
+		"max_prompts huge":     func(c *Config) { c.MaxPrompts = maxMaxPrompts + 1 },
+		"prompt_ttl zero":      func(c *Config) { c.PromptTTL = 0 },
+		"max_call_bytes small": func(c *Config) { c.MaxCallBytes = 10 },
+		"wait zero":            func(c *Config) { c.Wait = 0 },
+		"wait huge":            func(c *Config) { c.Wait = 25 * time.Hour },
+		"ttl below wait":       func(c *Config) { c.PromptTTL = time.Second; c.Wait = time.Minute },
+	} {
+		cfg := createDefaultConfig()
+		mutate(cfg)
+		require.Error(t, cfg.Validate(), name)
+		_, err := NewFactory().CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+		require.Error(t, err, name)
+	}
+}

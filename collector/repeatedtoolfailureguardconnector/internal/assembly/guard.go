@@ -1,0 +1,754 @@
+// Package assembly turns the ordered starts and ends of ended spans into settled batches and
+// prompts, runs the reducer per prompt, and reports what the Python GuardSpanProcessor would
+// have reported on the same spans (otel_guard/guard/processor.py and
+// otel_guard/spans/genai_profile.py): batches of section 3 from batch spans, batches inferred
+// from model calls for the profiles of sections 3b and 3c, and the bounds of section 4.
+//
+// Each span is classified from the attributes it ended with, and a tool or model call belongs
+// to the outermost prompt span above it in its trace, found through the parent chain whatever
+// the order the spans ended in (docs/contract.md, [12-02]).
+//
+// Not safe for concurrent use: the connector calls it under its own lock.
+package assembly // import "github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/assembly"
+
+import (
+	"sort"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/reducer"
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/spans"
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/telemetry"
+)
+
+// Bounds that are not configuration.
+const (
+	DefaultMaxCallsPerBatch = 1024
+	maxPromptIDLength       = 256
+	endedBatches            = 4096
+	maxDropped              = 4096
+)
+
+// Config bounds the guard and fixes what-if thresholds (analysis only: the connector runs the
+// live constants).
+type Config struct {
+	MaxPrompts       int
+	PromptTTLNanos   uint64
+	MaxCallsPerBatch int
+	Threshold        int
+	BatchThreshold   int
+}
+
+// Evaluation is one batch the guard evaluated, for tests and benchmarks.
+type Evaluation struct {
+	PromptID string
+	Profile  spans.Profile
+	Before   reducer.State
+	Input    reducer.Input
+	Decision reducer.Decision
+	Value    string
+}
+
+type prompt struct {
+	guarded  bool
+	state    reducer.State
+	lastSeen uint64
+}
+
+type life struct {
+	open    int
+	guarded bool
+}
+
+type call struct {
+	start   uint64
+	arrival int
+	obs     reducer.Observation
+	spanID  pcommon.SpanID
+}
+
+type openBatch struct {
+	promptID string
+	calls    []call
+	overflow bool
+}
+
+type inferredBatch struct {
+	startedAt uint64
+	calls     []call
+	openTools int
+	overflow  bool
+	settled   bool
+}
+
+type genaiPrompt struct {
+	id      string
+	profile spans.Profile
+	spanID  pcommon.SpanID
+	batch   *inferredBatch
+	ended   bool
+}
+
+type spanKey struct {
+	trace pcommon.TraceID
+	span  pcommon.SpanID
+}
+
+// Guard is the guard's state across traces: prompts, the facts of dropped prompts, and the
+// batch spans that ended recently.
+type Guard struct {
+	cfg       Config
+	prompts   *ordered[string, *prompt]
+	idle      *ordered[string, struct{}]
+	lives     map[string]*life
+	genaiOpen map[string]int
+	dropped   *ordered[string, bool]
+	ended     *ordered[spanKey, string]
+
+	// OnEvaluation, when set, receives every evaluated batch.
+	OnEvaluation func(Evaluation)
+
+	// Counts for tests and the benchmark.
+	Prompts, Batches, Spans int
+
+	out      telemetry.Output
+	resource telemetry.Resource
+}
+
+// New returns a guard with no state.
+func New(cfg Config) *Guard {
+	if cfg.MaxCallsPerBatch <= 0 {
+		cfg.MaxCallsPerBatch = DefaultMaxCallsPerBatch
+	}
+	if cfg.Threshold <= 0 {
+		cfg.Threshold = reducer.Threshold
+	}
+	if cfg.BatchThreshold <= 0 {
+		cfg.BatchThreshold = reducer.BatchThreshold
+	}
+	return &Guard{
+		cfg:       cfg,
+		prompts:   newOrdered[string, *prompt](),
+		idle:      newOrdered[string, struct{}](),
+		lives:     map[string]*life{},
+		genaiOpen: map[string]int{},
+		dropped:   newOrdered[string, bool](),
+		ended:     newOrdered[spanKey, string](),
+	}
+}
+
+// TrackedPrompts is the number of prompts whose state is kept.
+func (g *Guard) TrackedPrompts() int { return g.prompts.Len() }
+
+func (g *Guard) diag(name, promptID string, trace pcommon.TraceID, span pcommon.SpanID) {
+	g.out.Diagnostics = append(g.out.Diagnostics, telemetry.Diagnostic{
+		Resource: g.resource, Name: name, PromptID: promptID, TraceID: trace, SpanID: span,
+	})
+}
+
+// trace is the per-replay view of one trace part.
+type trace struct {
+	byID     map[pcommon.SpanID]*spans.Span
+	kinds    map[*spans.Span]spans.Kind
+	children map[pcommon.SpanID][]*spans.Span
+	// the prompt of each prompt span, and of each call, by span
+	promptOf   map[*spans.Span]*genaiPrompt
+	batches    map[pcommon.SpanID]*openBatch
+	toolBatch  map[*spans.Span]*inferredBatch
+	promptSpan map[*spans.Span]string // acp prompt spans being tracked -> prompt ID
+}
+
+// Replay runs one trace part (its spans in the order read) through the guard and returns what
+// it emitted.
+func (g *Guard) Replay(part []*spans.Span) telemetry.Output {
+	g.out = telemetry.Output{}
+	g.Spans += len(part)
+	t := &trace{
+		byID:       make(map[pcommon.SpanID]*spans.Span, len(part)),
+		kinds:      make(map[*spans.Span]spans.Kind, len(part)),
+		children:   map[pcommon.SpanID][]*spans.Span{},
+		promptOf:   map[*spans.Span]*genaiPrompt{},
+		batches:    map[pcommon.SpanID]*openBatch{},
+		toolBatch:  map[*spans.Span]*inferredBatch{},
+		promptSpan: map[*spans.Span]string{},
+	}
+	for _, s := range part {
+		if !s.SpanID.IsEmpty() {
+			if _, dup := t.byID[s.SpanID]; !dup {
+				t.byID[s.SpanID] = s
+			}
+		}
+	}
+	for _, s := range part {
+		root := s.ParentID.IsEmpty() || t.byID[s.ParentID] == nil
+		t.kinds[s] = spans.Classify(s, root)
+		if !s.ParentID.IsEmpty() {
+			t.children[s.ParentID] = append(t.children[s.ParentID], s)
+		}
+	}
+	g.lineage(t, part)
+	for _, ev := range Events(part, t.byID) {
+		g.resource = ev.Span.Resource
+		if ev.IsEnd {
+			g.end(t, ev)
+		} else {
+			g.start(t, ev)
+		}
+	}
+	out := g.out
+	g.out = telemetry.Output{}
+	return out
+}
+
+func isInferredPrompt(k spans.Kind) bool { return k == spans.GenAIPrompt || k == spans.OIPrompt }
+
+// lineage decides the GenAI and OpenInference prompts of the trace and the prompt of each of
+// their calls: the outermost prompt span above a call, through ended ancestors; a subtree under
+// a section 3 prompt or batch span is section 3's.
+func (g *Guard) lineage(t *trace, part []*spans.Span) {
+	prompts := map[*spans.Span]*genaiPrompt{}
+	for _, s := range part {
+		k := t.kinds[s]
+		if k != spans.ModelCall && k != spans.GenAITool && !isInferredPrompt(k) {
+			continue
+		}
+		if k == spans.GenAITool && s.HasACP {
+			continue
+		}
+		var outer *spans.Span
+		if isInferredPrompt(k) {
+			outer = s
+		}
+		shielded := false
+		seen := map[pcommon.SpanID]bool{s.SpanID: true}
+		for cur := t.byID[s.ParentID]; cur != nil && !seen[cur.SpanID]; cur = t.byID[cur.ParentID] {
+			seen[cur.SpanID] = true
+			ck := t.kinds[cur]
+			if ck == spans.ACPPrompt || ck == spans.ACPBatch {
+				shielded = true
+				break
+			}
+			if isInferredPrompt(ck) {
+				outer = cur
+			}
+		}
+		if shielded || outer == nil || g.handedOver(t, outer) {
+			continue
+		}
+		if k != spans.ModelCall && k != spans.GenAITool && outer != s {
+			continue // a nested prompt span: its outermost ancestor is the prompt
+		}
+		p := prompts[outer]
+		if p == nil {
+			profile := spans.ProfileGenAI
+			if t.kinds[outer] == spans.OIPrompt {
+				profile = spans.ProfileOpenInference
+			}
+			p = &genaiPrompt{id: spans.GenAIPromptID(outer, profile == spans.ProfileOpenInference), profile: profile, spanID: outer.SpanID}
+			prompts[outer] = p
+		}
+		t.promptOf[s] = p
+	}
+}
+
+// handedOver: a GenAI prompt span with a section 3 prompt span as a direct child is read
+// through that prompt's section 3 spans instead.
+func (g *Guard) handedOver(t *trace, s *spans.Span) bool {
+	for _, c := range t.children[s.SpanID] {
+		if t.kinds[c] == spans.ACPPrompt {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *Guard) start(t *trace, ev Event) {
+	s := ev.Span
+	switch t.kinds[s] {
+	case spans.ACPPrompt:
+		id := s.PromptID.Value
+		if len(id) > maxPromptIDLength {
+			return
+		}
+		g.startPrompt(s, id, ev.Time)
+		t.promptSpan[s] = id
+	case spans.ACPBatch:
+		if len(s.PromptID.Value) > maxPromptIDLength {
+			return
+		}
+		t.batches[s.SpanID] = &openBatch{promptID: s.PromptID.Value}
+	case spans.GenAIPrompt, spans.OIPrompt:
+		p := t.promptOf[s]
+		if p == nil || p.spanID != s.SpanID {
+			return
+		}
+		p.batch = &inferredBatch{startedAt: s.Start}
+		g.Prompts++
+		g.genaiOpen[p.id]++
+		if l := g.lives[p.id]; l != nil {
+			// A prompt span of another profile is open with this ID: a collision.
+			g.collide(p.id, l, true, s)
+		}
+		if g.genaiOpen[p.id] == 1 && g.lives[p.id] == nil {
+			g.discard(p.id) // a new prompt span: a fresh prompt
+			g.admit(p.id, &prompt{guarded: true, state: rebuilt(), lastSeen: ev.Time}, ev.Time)
+		}
+	case spans.ModelCall:
+		p := t.promptOf[s]
+		if p == nil || p.batch == nil {
+			return
+		}
+		g.settle(p, s, ev.Time)
+		p.batch = &inferredBatch{startedAt: s.Start}
+	case spans.GenAITool, spans.ACPTool:
+		if g.acpCall(t, s) {
+			return
+		}
+		p := t.promptOf[s]
+		if p == nil || p.batch == nil {
+			return
+		}
+		p.batch.openTools++
+		t.toolBatch[s] = p.batch
+	}
+}
+
+// acpCall: an execute_tool span whose parent is a batch span (open in this trace part, or
+// ended recently) is a section 3 call.
+func (g *Guard) acpCall(t *trace, s *spans.Span) bool {
+	if !s.Operation.Set || s.Operation.Value != spans.ExecuteTool || s.ParentID.IsEmpty() {
+		return false
+	}
+	if _, ok := t.batches[s.ParentID]; ok {
+		return true
+	}
+	_, ok := g.ended.Get(spanKey{s.TraceID, s.ParentID})
+	return ok
+}
+
+func rebuilt() reducer.State {
+	st := reducer.Initial()
+	st.EnforcementDisabled = true
+	return st
+}
+
+func (g *Guard) end(t *trace, ev Event) {
+	s := ev.Span
+	switch t.kinds[s] {
+	case spans.ACPPrompt:
+		if id, ok := t.promptSpan[s]; ok {
+			delete(t.promptSpan, s)
+			g.endPromptSpan(id)
+		}
+	case spans.ACPBatch:
+		if b, ok := t.batches[s.SpanID]; ok {
+			delete(t.batches, s.SpanID)
+			g.endBatch(s, b, ev.Time)
+		}
+	case spans.GenAIPrompt, spans.OIPrompt:
+		p := t.promptOf[s]
+		if p == nil || p.spanID != s.SpanID || p.batch == nil || p.ended {
+			return
+		}
+		g.settle(p, s, ev.Time)
+		p.ended = true
+		g.genaiOpen[p.id]--
+		if g.genaiOpen[p.id] <= 0 {
+			delete(g.genaiOpen, p.id)
+			if g.lives[p.id] == nil {
+				g.discard(p.id)
+			}
+		}
+	case spans.GenAITool, spans.ACPTool:
+		if g.acpCall(t, s) {
+			g.keepCall(t, s)
+			return
+		}
+		b := t.toolBatch[s]
+		p := t.promptOf[s]
+		if b == nil || p == nil {
+			return
+		}
+		delete(t.toolBatch, s)
+		b.openTools--
+		if b.settled || p.ended {
+			g.diag(telemetry.DiagLateSpan, p.id, s.TraceID, s.SpanID)
+			return
+		}
+		if len(b.calls) < g.cfg.MaxCallsPerBatch {
+			b.calls = append(b.calls, call{start: s.Start, arrival: len(b.calls), spanID: s.SpanID, obs: inferredObservation(s)})
+		} else if !b.overflow {
+			b.overflow = true
+			g.diag(telemetry.DiagBatchOverflow, p.id, s.TraceID, s.SpanID)
+		}
+	}
+}
+
+func inferredObservation(s *spans.Span) reducer.Observation {
+	callID, name, toolType, failed, errType := spans.InferredCall(s)
+	status := "success"
+	if failed {
+		status = "error"
+	}
+	st := status
+	return reducer.Observation{
+		CallID: callID, PolicyToolName: name, ToolType: &toolType, TerminalStatus: status,
+		ExecutionStatus: &st, ExecutionErrorType: errType,
+	}
+}
+
+// -- section 3 -----------------------------------------------------------------------------
+
+func (g *Guard) startPrompt(s *spans.Span, id string, now uint64) {
+	guarded := !spans.OptedOut(s)
+	g.Prompts++
+	if l := g.lives[id]; l != nil {
+		g.collide(id, l, guarded, s)
+		l.open++
+		return
+	}
+	l := &life{open: 1, guarded: guarded}
+	g.lives[id] = l
+	if g.genaiOpen[id] > 0 {
+		// A prompt span of another profile is open with this ID: a collision.
+		l.open++ // the other profile's span holds the state until it ends too
+		g.collide(id, l, guarded, s)
+		l.open--
+		if p, ok := g.prompts.Get(id); ok {
+			p.guarded = p.guarded && guarded
+		}
+		return
+	}
+	g.dropped.Delete(id)
+	g.discard(id)
+	g.admit(id, &prompt{guarded: guarded, state: reducer.Initial(), lastSeen: now}, now)
+}
+
+func (g *Guard) collide(id string, l *life, guarded bool, s *spans.Span) {
+	l.guarded = l.guarded && guarded
+	if p, ok := g.prompts.Get(id); ok {
+		p.guarded = p.guarded && guarded
+		p.state.EnforcementDisabled = true
+	}
+	reported := ""
+	if l.guarded {
+		reported = id
+	}
+	g.diag(telemetry.DiagPromptCollision, reported, s.TraceID, s.SpanID)
+}
+
+func (g *Guard) endPromptSpan(id string) {
+	if l := g.lives[id]; l != nil {
+		l.open--
+		if l.open > 0 {
+			return
+		}
+		delete(g.lives, id)
+	}
+	if g.genaiOpen[id] > 0 {
+		return
+	}
+	g.discard(id)
+}
+
+func (g *Guard) keepCall(t *trace, s *spans.Span) {
+	b, ok := t.batches[s.ParentID]
+	if !ok {
+		if id, ended := g.ended.Get(spanKey{s.TraceID, s.ParentID}); ended {
+			g.diag(telemetry.DiagLateSpan, id, s.TraceID, s.SpanID)
+		}
+		return
+	}
+	callID := ""
+	if s.CallID.Set && len(s.CallID.Value) <= spans.MaxIDLength {
+		callID = s.CallID.Value
+	}
+	var name *string
+	if s.ToolName.Set && len(s.ToolName.Value) <= spans.MaxToolNameLength {
+		name = s.ToolName.Ptr()
+	}
+	var toolType *string
+	if s.ToolType.Set && (s.ToolType.Value == "native" || s.ToolType.Value == "mcp") {
+		toolType = s.ToolType.Ptr()
+	} else {
+		// Not resolved from the host's registry: never eligible (section 3).
+		name = nil
+		if s.ToolType.Set && len(s.ToolType.Value) <= spans.MaxStatusLength {
+			toolType = s.ToolType.Ptr()
+		}
+	}
+	status := ""
+	if s.Status.Set && len(s.Status.Value) <= spans.MaxStatusLength {
+		status = s.Status.Value
+	}
+	var execution, errType *string
+	if s.Execution.Set && len(s.Execution.Value) <= spans.MaxStatusLength {
+		execution = s.Execution.Ptr()
+	}
+	if s.ExecErrorType.Set && len(s.ExecErrorType.Value) <= spans.MaxStatusLength {
+		errType = s.ExecErrorType.Ptr()
+	}
+	if b.overflow {
+		return
+	}
+	if len(b.calls) >= g.cfg.MaxCallsPerBatch {
+		b.overflow = true
+		g.diag(telemetry.DiagBatchOverflow, b.promptID, s.TraceID, s.SpanID)
+		return
+	}
+	b.calls = append(b.calls, call{
+		start: s.Start, arrival: len(b.calls), spanID: s.SpanID,
+		obs: reducer.Observation{
+			CallID: callID, PolicyToolName: name, ToolType: toolType, TerminalStatus: status,
+			ExecutionStatus: execution, ExecutionErrorType: errType,
+			ProviderDuplicate: s.ProviderDup.Set && s.ProviderDup.Value,
+		},
+	})
+}
+
+func sortCalls(calls []call) {
+	sort.SliceStable(calls, func(i, j int) bool {
+		if calls[i].start != calls[j].start {
+			return calls[i].start < calls[j].start
+		}
+		return calls[i].arrival < calls[j].arrival
+	})
+}
+
+func (g *Guard) promptForBatch(id string, now uint64) *prompt {
+	if p, ok := g.prompts.Get(id); ok {
+		p.lastSeen = now
+		g.prompts.MoveToBack(id)
+		return p
+	}
+	var p *prompt
+	if l := g.lives[id]; l != nil {
+		p = &prompt{guarded: l.guarded, state: rebuilt(), lastSeen: now}
+	} else if guarded, ok := g.dropped.Delete(id); ok {
+		p = &prompt{guarded: guarded, state: rebuilt(), lastSeen: now}
+	} else {
+		p = &prompt{guarded: true, state: reducer.Initial(), lastSeen: now}
+	}
+	g.admit(id, p, now)
+	return p
+}
+
+func (g *Guard) endBatch(s *spans.Span, b *openBatch, now uint64) {
+	g.ended.Set(spanKey{s.TraceID, s.SpanID}, b.promptID)
+	if g.ended.Len() > endedBatches {
+		k, _, _ := g.ended.Front()
+		g.ended.Delete(k)
+	}
+	if !s.Admitted.Present {
+		return // carried a prompt ID but is not a batch span
+	}
+	id := b.promptID
+	optedOut := spans.OptedOut(s)
+	if optedOut {
+		if p, ok := g.prompts.Get(id); ok {
+			p.guarded = false
+		}
+		if l := g.lives[id]; l != nil {
+			l.guarded = false
+		}
+	}
+	g.expire(now)
+	p := g.promptForBatch(id, now)
+	if optedOut {
+		p.guarded = false
+	}
+	if !p.guarded {
+		return
+	}
+	calls := b.calls
+	sortCalls(calls)
+	observations := make([]reducer.Observation, 0, len(calls))
+	ids := map[string]bool{}
+	wellFormed := true
+	for _, c := range calls {
+		if !c.obs.ProviderDuplicate {
+			if c.obs.CallID == "" {
+				wellFormed = false
+				continue
+			}
+			if ids[c.obs.CallID] {
+				g.diag(telemetry.DiagDuplicateSpan, id, s.TraceID, c.spanID)
+				continue
+			}
+			ids[c.obs.CallID] = true
+		}
+		observations = append(observations, c.obs)
+	}
+	complete := s.Admitted.Set && s.Admitted.Value >= 0 && !b.overflow && wellFormed && int64(len(ids)) == s.Admitted.Value
+	input := reducer.Input{
+		Mode:             reducer.ModeShadow,
+		Batch:            reducer.Batch{Complete: complete, Observations: observations},
+		HasExternalInput: s.External.Set && s.External.Value,
+		HasQueuedPrompt:  s.Queued.Set && s.Queued.Value,
+		InputReliable:    s.Reliable.Set && s.Reliable.Value,
+	}
+	g.decide(id, p, input, s, spans.ProfileACP)
+}
+
+// -- inferred batches (sections 3b, 3c) ----------------------------------------------------
+
+func (g *Guard) settle(gp *genaiPrompt, s *spans.Span, now uint64) {
+	b := gp.batch
+	if b.settled || gp.ended {
+		return
+	}
+	b.settled = true
+	if len(b.calls) == 0 && b.openTools == 0 && !b.overflow {
+		return // no tool call since the last model call: not a batch
+	}
+	sortCalls(b.calls)
+	seen := map[string]bool{}
+	observations := make([]reducer.Observation, 0, len(b.calls))
+	for _, c := range b.calls {
+		if seen[c.obs.CallID] {
+			g.diag(telemetry.DiagDuplicateSpan, gp.id, s.TraceID, c.spanID)
+			continue
+		}
+		seen[c.obs.CallID] = true
+		observations = append(observations, c.obs)
+	}
+	complete := b.openTools == 0 && !b.overflow
+	p, ok := g.prompts.Get(gp.id)
+	if !ok {
+		p = &prompt{guarded: true, state: rebuilt(), lastSeen: now}
+		g.admit(gp.id, p, now)
+	} else {
+		p.lastSeen = now
+		g.prompts.MoveToBack(gp.id)
+	}
+	if !p.guarded {
+		return
+	}
+	input := reducer.Input{
+		Mode: reducer.ModeShadow, Batch: reducer.Batch{Complete: complete, Observations: observations},
+		InputReliable: true,
+	}
+	g.decide(gp.id, p, input, s, gp.profile)
+}
+
+// -- the reducer and its telemetry ---------------------------------------------------------
+
+func (g *Guard) decide(id string, p *prompt, input reducer.Input, s *spans.Span, profile spans.Profile) {
+	g.Batches++
+	before := p.state
+	d := reducer.ReduceWithThresholds(before, input, g.cfg.Threshold, g.cfg.BatchThreshold)
+	p.state = d.State
+	if d.State.Phase == reducer.PhaseIdle {
+		g.idle.Set(id, struct{}{})
+		g.idle.MoveToBack(id)
+	} else {
+		g.idle.Delete(id)
+	}
+	tally := map[[2]string]int{}
+	var order [][2]string
+	for i := range input.Batch.Observations {
+		o := &input.Batch.Observations[i]
+		k := [2]string{telemetry.ObservationExecutionStatus(o.ExecutionStatus), telemetry.ObservationToolType(o.ToolType)}
+		if tally[k] == 0 {
+			order = append(order, k)
+		}
+		tally[k]++
+	}
+	for _, k := range order {
+		g.out.Observations = append(g.out.Observations, telemetry.Observation{Resource: g.resource, ExecutionStatus: k[0], ToolType: k[1], Count: tally[k]})
+	}
+	value := telemetry.DecisionValue(d.Kind)
+	if d.Kind == reducer.KindStop {
+		value = "would_stop" // a collector takes no action: no reminder was ever delivered
+	}
+	if d.Kind == reducer.KindReset && d.Reason == reducer.ReasonContractViolation {
+		g.diag(telemetry.DiagContractViolation, id, s.TraceID, s.SpanID)
+	}
+	if g.OnEvaluation != nil {
+		g.OnEvaluation(Evaluation{PromptID: id, Profile: profile, Before: before, Input: input, Decision: d, Value: value})
+	}
+	if value == "" {
+		return
+	}
+	candidate := d.State
+	if value == "reset" {
+		candidate = before
+	}
+	tr := telemetry.Transition{
+		Resource: g.resource, PromptID: id, PhaseBefore: before.Phase, PhaseAfter: d.State.Phase,
+		Decision: value, FailureCount: candidate.FailureCount, BatchCount: candidate.BatchCount,
+		CandidateOrdinal: candidate.CandidateOrdinal, ResetReason: d.Reason,
+		TraceID: s.TraceID, SpanID: s.SpanID, Timestamp: pcommon.Timestamp(s.End),
+	}
+	if key := d.State.Key; key != nil {
+		tr.ExecutionErrorType = key.ExecutionErrorType
+		if value != "reset" {
+			for _, o := range input.Batch.Observations {
+				if !o.ProviderDuplicate && o.PolicyToolName != nil && *o.PolicyToolName == key.PolicyToolName &&
+					o.ExecutionErrorType != nil && *o.ExecutionErrorType == key.ExecutionErrorType {
+					if o.ToolType != nil {
+						tr.ToolType = *o.ToolType
+					}
+					break
+				}
+			}
+		}
+	}
+	g.out.Transitions = append(g.out.Transitions, tr)
+}
+
+// -- prompt bounds (section 4) -------------------------------------------------------------
+
+func (g *Guard) discard(id string) {
+	if _, ok := g.prompts.Delete(id); ok {
+		g.idle.Delete(id)
+	}
+}
+
+func (g *Guard) admit(id string, p *prompt, now uint64) {
+	g.expire(now)
+	if g.prompts.Len() >= g.cfg.MaxPrompts {
+		victim, _, ok := g.idle.Front()
+		if !ok {
+			victim, _, _ = g.prompts.Front()
+		}
+		g.drop(victim, telemetry.DiagEvicted)
+	}
+	g.prompts.Set(id, p)
+	if p.state.Phase == reducer.PhaseIdle {
+		g.idle.Set(id, struct{}{})
+	}
+}
+
+func (g *Guard) expire(now uint64) {
+	for {
+		id, p, ok := g.prompts.Front()
+		if !ok || now < p.lastSeen || now-p.lastSeen < g.cfg.PromptTTLNanos {
+			return
+		}
+		g.drop(id, telemetry.DiagExpired)
+	}
+}
+
+func (g *Guard) drop(id, diagnostic string) {
+	p, ok := g.prompts.Delete(id)
+	if !ok {
+		return
+	}
+	g.idle.Delete(id)
+	if l := g.lives[id]; l != nil {
+		l.guarded = l.guarded && p.guarded
+	} else {
+		g.dropped.Set(id, p.guarded)
+		g.dropped.MoveToBack(id)
+		if g.dropped.Len() > maxDropped {
+			k, _, _ := g.dropped.Front()
+			g.dropped.Delete(k)
+		}
+	}
+	reported := ""
+	if p.guarded {
+		reported = id
+	}
+	g.diag(diagnostic, reported, pcommon.TraceID{}, pcommon.SpanID{})
+}

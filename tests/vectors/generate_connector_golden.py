@@ -1,0 +1,215 @@
+"""Generate the Go connector's golden inputs and the replay's numbers for them.
+
+Run as a script (``python tests/vectors/generate_connector_golden.py``). It writes, under
+``collector/repeatedtoolfailureguardconnector/testdata/``:
+
+* ``demo-traces.jsonl``: a copy of ``examples/demo-traces.jsonl`` (the section 3 profile);
+* ``genai-traces.jsonl``: GenAI-conventions agents (section 3b) built with the SDK, with fixed IDs
+  and times so the file is the same on every run;
+* ``expected.json``: what ``otel-guard replay --format json`` reports for each of them.
+
+The Go test ``TestDecisionCountsEqualReplay`` asserts the connector's decision counts equal these;
+``tests/test_connector_golden.py`` asserts the Python replay still gives them and that this
+script's output is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.trace import Span, StatusCode, Tracer, set_span_in_context
+
+from otel_guard.replay.otlp_json import encode_request
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTDATA = ROOT / "collector" / "repeatedtoolfailureguardconnector" / "testdata"
+FILES = ("demo-traces.jsonl", "genai-traces.jsonl")
+BASE_NS = 1_764_633_600_000_000_000  # 2025-12-02T00:00:00Z
+MS = 1_000_000
+
+
+class _Counting(IdGenerator):
+    def __init__(self) -> None:
+        self._span = 0x1000
+        self._trace = 0xA000
+
+    def generate_span_id(self) -> int:
+        self._span += 1
+        return self._span
+
+    def generate_trace_id(self) -> int:
+        self._trace += 1
+        return self._trace << 64 | self._trace
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = BASE_NS
+
+    def tick(self, ms: int = 1) -> int:
+        self.now += ms * MS
+        return self.now
+
+
+def _tool(
+    tracer: Tracer, clock: _Clock, parent: Span, name: str, call: str, error: str | None
+) -> Span:
+    span = tracer.start_span(
+        f"execute_tool {name}",
+        context=set_span_in_context(parent),
+        start_time=clock.tick(),
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call,
+        },
+    )
+    if error is not None:
+        span.set_attribute("error.type", error)
+        span.set_status(StatusCode.ERROR)
+    return span
+
+
+def _agent(
+    tracer: Tracer,
+    clock: _Clock,
+    conversation: str | None,
+    rounds: Sequence[Sequence[tuple[str, str | None]]],
+    late_last_tool: bool = False,
+    nested: bool = False,
+) -> None:
+    """One prompt: before each round a model call, then the round's tool calls."""
+    attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent"}
+    if conversation is not None:
+        attributes["gen_ai.conversation.id"] = conversation
+    prompt = tracer.start_span("invoke_agent", start_time=clock.tick(), attributes=attributes)
+    parent = prompt
+    if nested:
+        parent = tracer.start_span(
+            "invoke_agent inner",
+            context=set_span_in_context(prompt),
+            start_time=clock.tick(),
+            attributes={"gen_ai.operation.name": "invoke_agent"},
+        )
+    held: Span | None = None
+    for number, calls in enumerate(rounds):
+        model = tracer.start_span(
+            "chat",
+            context=set_span_in_context(parent),
+            start_time=clock.tick(),
+            attributes={"gen_ai.operation.name": "chat"},
+        )
+        if held is not None:
+            held.end(end_time=clock.tick())  # ends after the next model call started: late
+            held = None
+        model.end(end_time=clock.tick(5))
+        for index, (name, error) in enumerate(calls):
+            span = _tool(tracer, clock, parent, name, f"call-{number}-{index}", error)
+            if late_last_tool and number == 1 and index == len(calls) - 1:
+                held = span
+            else:
+                span.end(end_time=clock.tick(2))
+    closing = tracer.start_span(
+        "chat",
+        context=set_span_in_context(parent),
+        start_time=clock.tick(),
+        attributes={"gen_ai.operation.name": "chat"},
+    )
+    closing.end(end_time=clock.tick(5))
+    if held is not None:
+        held.end(end_time=clock.tick())
+    if parent is not prompt:
+        parent.end(end_time=clock.tick())
+    prompt.end(end_time=clock.tick())
+
+
+def genai_spans() -> list[ReadableSpan]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(
+        resource=Resource(
+            {
+                "service.name": "genai-agent",
+                "service.version": "2.1.0",
+                "deployment.environment.name": "staging",
+            }
+        ),
+        id_generator=_Counting(),
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("golden")
+    clock = _Clock()
+    fail = [("read_file", "FileNotFoundError")] * 4
+    # A loop: tracked, would_warn, would_stop, then latched.
+    _agent(tracer, clock, "conv-loop", [fail] * 5)
+    # A recovery: the failing tool succeeds.
+    _agent(tracer, clock, "conv-recover", [fail, fail[:2], [("read_file", None)]])
+    # Without a conversation ID (the span ID names the prompt), mixed error types.
+    _agent(tracer, clock, None, [fail, [("read_file", "PermissionError"), *fail[:1]]])
+    # A free-text error type is unknown.
+    _agent(tracer, clock, "conv-free-text", [fail, [("read_file", "No such file!")]])
+    # A tool span that ends after the next model call started: its batch is incomplete.
+    _agent(tracer, clock, "conv-late", [fail, fail, fail], late_last_tool=True)
+    # Nested invoke_agent spans: the outermost is the prompt.
+    _agent(tracer, clock, "conv-nested", [fail] * 3, nested=True)
+    provider.shutdown()
+    return list(exporter.get_finished_spans())
+
+
+def replay_numbers(path: Path) -> dict[str, Any]:
+    import contextlib
+    import io
+
+    from otel_guard.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["replay", "--format", "json", str(path)])
+    report = json.loads(out.getvalue())
+    return {
+        key: report[key] for key in ("spans", "prompts", "batches", "decisions", "reset_reasons")
+    }
+
+
+def render_genai() -> str:
+    spans = genai_spans()
+    lines = []
+    by_trace: dict[int, list[ReadableSpan]] = {}
+    for span in spans:
+        assert span.context is not None
+        by_trace.setdefault(span.context.trace_id, []).append(span)
+    for trace in by_trace.values():
+        lines.append(json.dumps(encode_request(trace), sort_keys=True))
+    return "\n".join(lines) + "\n"
+
+
+def render_expected() -> str:
+    files = {name: replay_numbers(TESTDATA / name) for name in FILES}
+    document = {
+        "about": "otel-guard replay --format json FILE for each file here; written by "
+        "tests/vectors/generate_connector_golden.py, checked by tests/test_connector_golden.py",
+        "files": files,
+    }
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+def main() -> int:
+    TESTDATA.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ROOT / "examples" / "demo-traces.jsonl", TESTDATA / "demo-traces.jsonl")
+    (TESTDATA / "genai-traces.jsonl").write_text(render_genai(), encoding="utf-8")
+    (TESTDATA / "expected.json").write_text(render_expected(), encoding="utf-8")
+    print(f"wrote {', '.join(FILES)} and expected.json in {TESTDATA.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
