@@ -421,7 +421,8 @@ def test_two_guards_behind_a_load_balancer_decide_as_one(binary: Path, tmp_path:
     balancer: Collector | None = None
     try:
         single.send(*files)
-        guards = [Guard(binary, tier_dir, "guard-a"), Guard(binary, tier_dir, "guard-b")]
+        for name in ("guard-a", "guard-b"):
+            guards.append(Guard(binary, tier_dir, name))
         http, health = free_port(), free_port()
         balancer = Collector(
             binary,
