@@ -454,3 +454,75 @@ def test_two_guards_behind_a_load_balancer_decide_as_one(binary: Path, tmp_path:
         for collector in [balancer, single.collector, *(g.collector for g in guards)]:
             if collector is not None:
                 collector.stop()
+
+
+# -- a guard collector that restarts -----------------------------------------------------------
+
+
+def acp_batches(path: Path, rounds: range, processes: int = 4) -> Path:
+    """Agents with acp.* spans, each batch its own trace: rounds of four failing calls."""
+    for index, tracer in _processes(path, processes):
+        for round_number in rounds:
+            batch = tracer.start_span("tool_batch", attributes={"acp.prompt.id": f"p-{index}"})
+            context = set_span_in_context(batch)
+            for call in range(4):
+                tracer.start_span(
+                    "execute_tool",
+                    context=context,
+                    attributes={
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.name": "run_shell",
+                        "gen_ai.tool.call.id": f"call-{round_number}-{call}",
+                        "acp.tool.type": "native",
+                        "acp.tool.status": "error",
+                        "acp.tool.execution.status": "error",
+                        "acp.tool.execution.error_type": "exit_nonzero",
+                    },
+                ).end()
+            batch.set_attributes(
+                {
+                    "acp.batch.admitted": 4,
+                    "acp.input.external": False,
+                    "acp.input.queued_prompt": False,
+                    "acp.input.reliable": True,
+                }
+            )
+            batch.end()
+    return path
+
+
+def test_a_restarted_guard_forgets_its_prompts_and_never_decides_more(
+    binary: Path, tmp_path: Path
+) -> None:
+    # The same processes (same instance IDs: the stem names them), in two halves.
+    first = acp_batches(tmp_path / "loop.jsonl", range(2))
+    (tmp_path / "rest").mkdir()
+    second = acp_batches(tmp_path / "rest" / "loop.jsonl", range(2, 3))
+    whole, _ = replay_counts(first, second)
+    assert whole[("prod", "1.0.0", "would_stop")] == 1  # the loop, uninterrupted, would stop
+
+    before, _ = replay_counts(first)
+    guard = Guard(binary, tmp_path, "before")
+    try:
+        guard.send(first)
+        wait_for("the first half to be decided", settled(lambda: log_counts(guard.logs), before))
+    finally:
+        guard.collector.stop()
+    restarted = Guard(binary, tmp_path, "after")
+    try:
+        restarted.send(second)
+        # What a guard that never saw the first half decides: the third batch starts a new
+        # candidate, tracked again, and nothing would stop.
+        after, _ = replay_counts(second)
+        assert set(after) == {key for key in before if key[2] == "tracked"}
+        wait_for(
+            "the second half to be decided", settled(lambda: log_counts(restarted.logs), after)
+        )
+    finally:
+        restarted.collector.stop()
+    total = log_counts(guard.logs) + log_counts(restarted.logs)
+    assert total[("prod", "1.0.0", "would_stop")] == 0
+    assert {a["mode"] for log in (guard.logs, restarted.logs) for _, _, a in transitions(log)} == {
+        "shadow"
+    }
+    assert not any(decision in ("warned", "stopped") for _, _, decision in total)
