@@ -1,0 +1,359 @@
+"""``collector-config/otelcol.yaml``, unchanged, in the real otelcol-guard distribution.
+
+The configuration validates and runs; spans with canaries sent by the Python SDK over OTLP/HTTP
+leave it without them for agent services and unchanged for another service (a second collector
+of the distribution stands in for the OTLP/HTTP backend and writes what it receives with the
+``file`` exporter); and the guard's counters, sent over OTLP, are scraped from its ``prometheus``
+exporter by a real Prometheus on which the repository's rules evaluate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from canaries import FIXED, CanaryAgent, leaks
+from collector_process import (
+    Collector,
+    collector_binary,
+    free_port,
+    health_extension,
+    json_lines,
+    wait_for,
+    write_config,
+)
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_guard import GuardSpanProcessor
+from otel_guard.replay.otlp_json import encode_request
+
+ROOT = Path(__file__).resolve().parent.parent
+OTELCOL = ROOT / "collector-config" / "otelcol.yaml"
+AGENT_SERVICE = "canary-agent"
+OTHER_SERVICE = "web-shop"
+# A web service's ordinary attributes, carrying canaries, that the gateway must pass unchanged.
+OTHER_ATTRIBUTES = {
+    "error.type": "CnryWebTypeZq Connection reset",
+    "url.full": "https://shop.example/CnryWebUrlZq?q=1",
+    "db.query.text": "SELECT CnryWebDbZq FROM t",
+    "exception.message": "CnryWebExcZq boom",
+}
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    return collector_binary()
+
+
+def otelcol_env(sink_port: int) -> tuple[dict[str, str], dict[str, int]]:
+    ports = {name: free_port() for name in ("grpc", "http", "prometheus", "health")}
+    env = {
+        "OTELCOL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
+        "OTELCOL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
+        "OTELCOL_PROMETHEUS_ENDPOINT": f"127.0.0.1:{ports['prometheus']}",
+        "OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
+        "OTELCOL_EXPORT_ENDPOINT": f"http://127.0.0.1:{sink_port}",
+        "OTELCOL_AGENT_SERVICES": f"^{AGENT_SERVICE}$",
+        "OTEL_GUARD_PSEUDONYM_KEY": "collector-test-key",
+    }
+    return env, ports
+
+
+def test_otelcol_yaml_validates_in_the_distribution(binary: Path, tmp_path: Path) -> None:
+    env, _ = otelcol_env(free_port())
+    result = subprocess.run(
+        [str(binary), "validate", f"--config={OTELCOL}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, **env},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_validate_refuses_a_statement_that_does_not_parse(binary: Path, tmp_path: Path) -> None:
+    # validate really parses OTTL: the test above could not pass on a config it does not read.
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        OTELCOL.read_text(encoding="utf-8").replace(
+            'set(status.message, "")', 'set(status.message, ""'
+        ),
+        encoding="utf-8",
+    )
+    env, _ = otelcol_env(free_port())
+    result = subprocess.run(
+        [str(binary), "validate", f"--config={broken}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, **env},
+    )
+    assert result.returncode != 0
+    assert "transform/genai: statement has invalid syntax" in result.stderr
+
+
+@dataclass
+class Gateway:
+    """otelcol.yaml in front of a sink collector that writes what it receives to files."""
+
+    otelcol: Collector
+    sink: Collector
+    ports: dict[str, int]
+    traces: Path
+    logs: Path
+
+    @property
+    def otlp_http(self) -> str:
+        return f"http://127.0.0.1:{self.ports['http']}"
+
+    @property
+    def prometheus_target(self) -> str:
+        return f"127.0.0.1:{self.ports['prometheus']}"
+
+
+def sink_config(tmp_path: Path, otlp_port: int, health_port: int) -> Path:
+    return write_config(
+        tmp_path / "sink.yaml",
+        {
+            "receivers": {"otlp": {"protocols": {"http": {"endpoint": f"127.0.0.1:{otlp_port}"}}}},
+            "exporters": {
+                "file/traces": {"path": str(tmp_path / "traces.jsonl"), "flush_interval": "100ms"},
+                "file/logs": {"path": str(tmp_path / "logs.jsonl"), "flush_interval": "100ms"},
+            },
+            "extensions": health_extension(health_port),
+            "service": {
+                "extensions": ["health_check"],
+                "telemetry": {"metrics": {"level": "none"}},
+                "pipelines": {
+                    "traces": {"receivers": ["otlp"], "exporters": ["file/traces"]},
+                    "logs": {"receivers": ["otlp"], "exporters": ["file/logs"]},
+                },
+            },
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def gateway(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    tmp_path = tmp_path_factory.mktemp("gateway")
+    sink_port, sink_health = free_port(), free_port()
+    sink = Collector(binary, [sink_config(tmp_path, sink_port, sink_health)], tmp_path, sink_health)
+    try:
+        env, ports = otelcol_env(sink_port)
+        otelcol = Collector(binary, [OTELCOL], tmp_path, ports["health"], env)
+        try:
+            yield Gateway(otelcol, sink, ports, tmp_path / "traces.jsonl", tmp_path / "logs.jsonl")
+        finally:
+            otelcol.stop()
+    finally:
+        sink.stop()
+
+
+def spans_out(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Spans the sink wrote, by service name."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for request in json_lines(path):
+        for resource_spans in request.get("resourceSpans", []):
+            attributes = {
+                a["key"]: a["value"].get("stringValue")
+                for a in resource_spans.get("resource", {}).get("attributes", [])
+            }
+            service = str(attributes.get("service.name"))
+            for scope_spans in resource_spans.get("scopeSpans", []):
+                found.setdefault(service, []).extend(scope_spans.get("spans", []))
+    return found
+
+
+def test_agent_spans_leave_without_canaries_and_other_services_unchanged(
+    gateway: Gateway,
+) -> None:
+    memory = InMemorySpanExporter()
+    exporter = OTLPSpanExporter(endpoint=f"{gateway.otlp_http}/v1/traces")
+    agent_provider = TracerProvider(resource=Resource.create({"service.name": AGENT_SERVICE}))
+    agent_provider.add_span_processor(GuardSpanProcessor(mode="shadow"))
+    agent_provider.add_span_processor(SimpleSpanProcessor(memory))
+    agent_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    CanaryAgent(agent_provider.get_tracer("agent"), GuardSpanProcessor(mode="shadow"), FIXED).run()
+
+    other_provider = TracerProvider(resource=Resource.create({"service.name": OTHER_SERVICE}))
+    other_provider.add_span_processor(SimpleSpanProcessor(memory))
+    other_provider.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{gateway.otlp_http}/v1/traces"))
+    )
+    with other_provider.get_tracer("web").start_as_current_span(
+        "GET /checkout", attributes=OTHER_ATTRIBUTES
+    ):
+        pass
+    agent_provider.shutdown()
+    other_provider.shutdown()
+
+    sent = list(memory.get_finished_spans())
+    agent_sent = [s for s in sent if s.resource.attributes["service.name"] == AGENT_SERVICE]
+    # The canaries are in what the agent sent, so the check below can fail.
+    raw = str(encode_request(agent_sent)).encode()
+    assert {place for place, _ in leaks({"sent": raw}, FIXED)} == {
+        place for place, _ in FIXED.markers()
+    }
+
+    wait_for(
+        "every span at the sink",
+        lambda: sum(len(v) for v in spans_out(gateway.traces).values()) == len(sent),
+        gateway.otelcol.log_tail,
+    )
+    by_service = spans_out(gateway.traces)
+    assert len(by_service[AGENT_SERVICE]) == len(agent_sent)
+    # Span link attributes are out of the transform processor's reach (README: "What the
+    # collector cannot do"): the agent's RedactingSpanExporter removes them. Everything else
+    # must be clean, and the links are where the one known leak is.
+    in_links = {
+        "links": json.dumps([s.get("links", []) for s in by_service[AGENT_SERVICE]]).encode()
+    }
+    assert {place for place, _ in leaks(in_links, FIXED)} == {"mcp_server"}
+    without_links = [
+        {k: v for k, v in s.items() if k != "links"} for s in by_service[AGENT_SERVICE]
+    ]
+    assert leaks({"sink": json.dumps(without_links).encode()}, FIXED) == []
+    (other,) = by_service[OTHER_SERVICE]
+    assert other["name"] == "GET /checkout"
+    assert {a["key"]: a["value"]["stringValue"] for a in other["attributes"]} == OTHER_ATTRIBUTES
+    # Agent spans kept what the guard reads: the tool-call structure and pseudonymous names.
+    tool_spans = [
+        s
+        for s in by_service[AGENT_SERVICE]
+        if any(a["key"] == "acp.tool.status" for a in s.get("attributes", []))
+    ]
+    assert tool_spans
+    names = {
+        a["value"]["stringValue"]
+        for s in tool_spans
+        for a in s["attributes"]
+        if a["key"] == "gen_ai.tool.name"
+    }
+    assert len(names) == 1 and next(iter(names)).startswith("tool_")
+
+
+def test_the_guards_counters_pass_otelcol_yaml_to_prometheus_and_the_rules_evaluate(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    yaml = pytest.importorskip("yaml")
+    from test_collector_config import RULES
+    from test_prometheus_e2e import (
+        PROMETHEUS_BINARY,
+        by_labels,
+        start_prometheus,
+        stop,
+    )
+    from test_prometheus_e2e import wait_for as wait_for_prometheus
+
+    if PROMETHEUS_BINARY is None:
+        pytest.skip("no 'prometheus' binary on PATH (Debian: apt-get install prometheus)")
+    from test_collector_config import DECISIONS_SERIES
+
+    resource = Resource.create(
+        {
+            "service.name": AGENT_SERVICE,
+            "service.version": "3.1.4",
+            "deployment.environment.name": "collector-e2e",
+        }
+    )
+    memory = InMemoryMetricReader()
+    meter_provider = MeterProvider(
+        resource=resource,
+        metric_readers=[
+            memory,
+            PeriodicExportingMetricReader(
+                OTLPMetricExporter(endpoint=f"{gateway.otlp_http}/v1/metrics"),
+                export_interval_millis=500,
+            ),
+        ],
+    )
+    tracer_provider = TracerProvider(resource=resource)
+    guard = GuardSpanProcessor(mode="shadow", meter_provider=meter_provider)
+    tracer_provider.add_span_processor(guard)
+    process = None
+    try:
+        CanaryAgent(tracer_provider.get_tracer("agent"), guard, FIXED).run()
+        tracer_provider.force_flush()
+        meter_provider.force_flush()
+        process, api = start_prometheus(tmp_path, [gateway.prometheus_target])
+        expected = {
+            ("collector-e2e", "3.1.4", "shadow", decision): float(count)
+            for decision, count in {
+                "tracked": 3,
+                "would_warn": 1,
+                "would_stop": 1,
+                "reset": 3,
+            }.items()
+        }
+        query = (
+            "sum by (deployment_environment_name, service_version, mode, decision) "
+            f"({DECISIONS_SERIES})"
+        )
+
+        def seen() -> dict[tuple[str, ...], float]:
+            return by_labels(
+                api.query(query),
+                "deployment_environment_name",
+                "service_version",
+                "mode",
+                "decision",
+            )
+
+        wait_for_prometheus(
+            "the guard's decisions through the collector", lambda: seen() == expected, api
+        )
+        # Every recording rule and alert of the repository loads and evaluates on them.
+        declared_rules = {
+            rule.get("record") or rule.get("alert")
+            for group in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+            for rule in group["rules"]
+        }
+
+        def loaded_rules(api: Any) -> set[str]:
+            return {
+                rule["name"]
+                for group in api.get("/api/v1/rules")["data"]["groups"]
+                for rule in group["rules"]
+            }
+
+        wait_for_prometheus(
+            "every rule group to be evaluated",
+            lambda: (
+                all(
+                    group.get("lastEvaluation", "").startswith("20")
+                    and all(rule.get("health") == "ok" for rule in group["rules"])
+                    for group in api.get("/api/v1/rules")["data"]["groups"]
+                )
+                and loaded_rules(api) == declared_rules
+            ),
+            api,
+        )
+        # The recorded decision rate carries the environment and version from the resource.
+        wait_for_prometheus(
+            "a recorded decision rate",
+            lambda: any(
+                s["metric"].get("deployment_environment_name") == "collector-e2e"
+                for s in api.query("otel_guard:decisions:rate5m")
+            ),
+            api,
+        )
+    finally:
+        if process is not None:
+            stop(process)
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
