@@ -477,7 +477,7 @@ def test_replay_reads_genai_traces_with_the_live_decisions(
         agent.chat(prompt)
     code, report, err = _replay(capsys, _write(agent, tmp_path / "genai.jsonl"))
     assert code == 0 and err == ""
-    assert report["profiles"] == {"acp": 0, "genai": 1}
+    assert report["profiles"] == {"acp": 0, "genai": 1, "openinference": 0}
     assert report["prompts"] == 1 and report["batches"] == 3
     live = agent.harness.decision_counts()
     assert {k: v for k, v in report["decisions"].items() if v} == live
