@@ -474,6 +474,7 @@ def test_a_long_prompt_id_is_kept_as_a_digest_and_still_found() -> None:
     assert keys == ["sha256:" + __import__("hashlib").sha256(long_id.encode()).hexdigest()]
     prompt.end()
     assert h.guard.state(long_id) is None
+    assert h.guard.diagnostics() == {"long_prompt_id": 3}  # the prompt span and two batches
 
 
 def test_attributes_set_after_start_on_a_hand_written_agent() -> None:

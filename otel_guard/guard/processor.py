@@ -64,6 +64,7 @@ from otel_guard.spans.acp import read_call
 from otel_guard.spans.assembly import CLAIM_KEYS, InferredAssembly
 from otel_guard.spans.events import (
     MAX_ID_LENGTH,
+    MAX_PROMPT_ID_LENGTH,
     BatchSettled,
     Coverage,
     ProfileDiagnostic,
@@ -446,7 +447,10 @@ class GuardSpanProcessor(SpanProcessor):
             operation = attributes.get(_OPERATION_NAME)
             if operation == _EXECUTE_TOOL or not isinstance(prompt_id, str):
                 return  # tool-call spans are read when they end
-            prompt_id = bounded_id(prompt_id)
+            if len(prompt_id) > MAX_PROMPT_ID_LENGTH:
+                # Kept as its digest wherever state is kept; the ID itself is never named.
+                prompt_id = bounded_id(prompt_id)
+                self._flush([("diagnostic", "long_prompt_id", None, None)])
             if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
                 self._start_prompt(span, prompt_id, attributes)
             else:
