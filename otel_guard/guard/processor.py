@@ -363,7 +363,8 @@ class GuardSpanProcessor(SpanProcessor):
         )
         # Prompt IDs whose open prompt span left the span table to its bound -> guarded: a
         # later prompt span with the ID is a collision, never a fresh enforcing prompt.
-        self._lost_open: OrderedDict[str, bool] = OrderedDict()
+        # The value: (lost spans still open as far as the guard knows, guarded).
+        self._lost_open: OrderedDict[str, tuple[int, bool]] = OrderedDict()
         self._assembly = InferredAssembly(
             max_traces=self._max_tracked,
             max_bytes=max_call_bytes,
@@ -534,8 +535,9 @@ class GuardSpanProcessor(SpanProcessor):
         with self._lock:
             now = self._clock()
             life = self._lives.get(prompt_id)
-            lost = self._lost_open.get(prompt_id) if life is None else None
-            if lost is not None:
+            lost_entry = self._lost_open.get(prompt_id) if life is None else None
+            if lost_entry is not None:
+                lost = lost_entry[1]
                 # A prompt span with this ID may still be open, its record lost to the span
                 # table's bound: this one collides with it (docs/contract.md section 4).
                 life = self._lives[prompt_id] = _Life(lost)
@@ -606,7 +608,8 @@ class GuardSpanProcessor(SpanProcessor):
         if life is None:
             return
         lost = self._lost_open
-        lost[prompt_id] = lost.get(prompt_id, True) and life.guarded
+        count, guarded = lost.get(prompt_id, (0, True))
+        lost[prompt_id] = (count + 1, guarded and life.guarded)
         lost.move_to_end(prompt_id)
         if len(lost) > self._max_dropped:
             lost.popitem(last=False)
@@ -643,8 +646,14 @@ class GuardSpanProcessor(SpanProcessor):
             elif self._lost_open and attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
                 prompt_id = attributes.get(_PROMPT_ID)
                 if isinstance(prompt_id, str):
-                    # An untracked prompt span ended: the one whose record was lost.
-                    self._lost_open.pop(bounded_id(prompt_id), None)
+                    # An untracked prompt span ended: one whose record was lost.
+                    key = bounded_id(prompt_id)
+                    entry = self._lost_open.get(key)
+                    if entry is not None:
+                        if entry[0] > 1:
+                            self._lost_open[key] = (entry[0] - 1, entry[1])
+                        else:
+                            del self._lost_open[key]
         if evaluation is not None:
             transition, batch_evaluation = evaluation
             if transition is not None:
@@ -800,8 +809,12 @@ class GuardSpanProcessor(SpanProcessor):
             # Its prompt span is open, so its state was dropped (eviction or the TTL).
             prompt = _Prompt(life.guarded, now, rebuilt=True)
         else:
-            # Never seen, or forgotten: guarded as new. Else dropped: rebuilt.
+            # Never seen, or forgotten: guarded as new. Else dropped: rebuilt. A prompt span
+            # whose record was lost may still be open: rebuilt, keeping its opt-out.
             guarded = self._dropped.pop(prompt_id, None)
+            lost = self._lost_open.get(prompt_id)
+            if lost is not None:
+                guarded = lost[1] and guarded is not False
             prompt = _Prompt(True, now) if guarded is None else _Prompt(guarded, now, rebuilt=True)
         self._admit_prompt(prompt_id, prompt, now, out)
         return prompt
@@ -994,11 +1007,16 @@ class GuardSpanProcessor(SpanProcessor):
             prompt_id = event.prompt_id
             life = self._lives.get(prompt_id)
             known = self._prompts.get(prompt_id)
-            if life is not None or prompt_id in self._lost_open or known is not None:
+            lost = self._lost_open.get(prompt_id)
+            dropped = self._dropped.get(prompt_id)
+            if life is not None or lost is not None or known is not None or dropped is not None:
                 collided.add(prompt_id)
                 if known is None:
-                    guarded = (life.guarded if life is not None else True) and self._lost_open.get(
-                        prompt_id, True
+                    # Every fact kept of the ID's section 3 spans: an opt-out stays.
+                    guarded = (
+                        (life is None or life.guarded)
+                        and (lost is None or lost[1])
+                        and dropped is not False
                     )
                     known = _Prompt(guarded, now, rebuilt=True)
                     self._admit_prompt(prompt_id, known, now, out)
