@@ -472,14 +472,13 @@ class GuardSpanProcessor(SpanProcessor):
             if _PROMPT_ID not in attributes:
                 # Neither a prompt nor a batch span: the common case ends here. The table of
                 # watched traces is empty while the processor is inert.
-                if self._genai_open:
-                    self._inferred_end(span, attributes)
-                    return
                 for key in self._claim_keys:
                     if key in attributes:
                         if not self._inert:
                             self._inferred_end(span, attributes)
                         return
+                if self._genai_open:
+                    self._inferred_link(span)
                 return
             if self._inert:
                 return
@@ -974,6 +973,32 @@ class GuardSpanProcessor(SpanProcessor):
             if self._inert:
                 return
             events = self._assembly.end(span, attributes)
+            collided: set[str] = set()
+            for event in events:
+                self._apply_inferred(event, out, evaluations, collided)
+        if out:
+            self._flush(out)
+        for evaluation in evaluations:
+            self._notify(evaluation)
+
+    def _inferred_link(self, span: ReadableSpan) -> None:
+        """A plain span ended while traces are watched: it may be a link of one of them."""
+        try:
+            context = _sdk.context(span)
+            parent = _sdk.parent(span)
+        except AttributeError:
+            context = span.context
+            parent = span.parent
+        if context is None:
+            return
+        with self._lock:
+            if self._inert:
+                return
+            events = self._assembly.link(context[0], context[_SPAN_ID], parent)
+            if not events:
+                return
+            out: list[_Emission] = []
+            evaluations: list[BatchEvaluation] = []
             collided: set[str] = set()
             for event in events:
                 self._apply_inferred(event, out, evaluations, collided)

@@ -90,6 +90,7 @@ CLAIM_KEYS: Final[tuple[str, ...]] = tuple(
 _LINK_BYTES: Final = 160
 _CALL_BYTES: Final = 480
 _SPAN_BYTES: Final = 480
+_NO_EVENTS: Final[list[ProfileEvent]] = []  # never appended to
 # Dropped traces remembered, so their later spans are not read as a whole trace.
 _MAX_DROPPED_TRACES: Final = 4096
 
@@ -178,6 +179,27 @@ class InferredAssembly:
         self._dropped.clear()
         self._bytes = 0
 
+    def link(self, trace_id: int, span_id: int, parent: SpanContext | None) -> list[ProfileEvent]:
+        """An ended span no profile claims, without ``acp.prompt.id``: only its link matters, and
+        only in a watched trace (the fast path of :meth:`end` for plain spans)."""
+        trace = self.traces.get(trace_id)
+        if trace is None:
+            return _NO_EVENTS
+        # A SpanContext is a tuple (trace ID, span ID, is remote, ...): indexing it is a plain
+        # read, while its properties are Python calls.
+        parent_id = None if parent is None or parent[2] else parent[1]
+        links = trace.links
+        if span_id not in links:  # a span ended twice is counted once
+            trace.bytes += _LINK_BYTES
+            self._bytes += _LINK_BYTES
+        links[span_id] = parent_id
+        within = self._bytes <= self._max_bytes
+        if within and parent_id is not None and span_id not in trace.pending:
+            return _NO_EVENTS
+        events: list[ProfileEvent] = []
+        self._after(trace_id, trace, span_id, parent_id, None, events)
+        return events
+
     def end(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> list[ProfileEvent]:
         """One ended span: claimed, a link of a watched trace, or nothing."""
         events: list[ProfileEvent] = []
@@ -214,14 +236,28 @@ class InferredAssembly:
                 self._drop_oldest("evicted", events)
         elif claim is not None:
             traces.move_to_end(trace_id)
+        size = 0 if span_id in trace.links else _LINK_BYTES
         trace.links[span_id] = parent_id
-        size = _LINK_BYTES
         if shield:
             trace.shields.add(span_id)
         elif claim is not None:
             size += self._keep(trace, claim, span, span_id, parent_id, context, events)
         trace.bytes += size
         self._bytes += size
+        self._after(trace_id, trace, span_id, parent_id, claim, events)
+        return events
+
+    def _after(
+        self,
+        trace_id: int,
+        trace: _Trace,
+        span_id: int,
+        parent_id: int | None,
+        claim: Claim | None,
+        events: list[ProfileEvent],
+    ) -> None:
+        """Prompts waiting for this span to end move up, and a local root finishes its trace."""
+        traces = self.traces
         waiting = trace.pending.pop(span_id, None)
         if waiting is not None:
             if claim is not None and claim.kind == "prompt":
@@ -237,7 +273,6 @@ class InferredAssembly:
         elif self._bytes > self._max_bytes:
             while self._bytes > self._max_bytes and traces:
                 self._drop_oldest("batch_overflow", events)
-        return events
 
     def _keep(
         self,
