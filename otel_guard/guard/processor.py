@@ -553,6 +553,9 @@ class GuardSpanProcessor(SpanProcessor):
             else:
                 self._collide(prompt_id, life, guarded, span.context, out)
             self._track(span.context[_SPAN_ID], _PromptSpan(prompt_id), out)
+            parent = span.parent
+            if parent is None or parent.is_remote:
+                self._assembly.section_3_root(span.context.trace_id, True)
         self._flush(out)
 
     def _collide(
@@ -642,6 +645,9 @@ class GuardSpanProcessor(SpanProcessor):
                 evaluation = self._end_batch(span, context, ref, out)
             elif type(ref) is _PromptSpan:
                 self._end_prompt_span(ref.prompt_id)
+                parent = span.parent
+                if parent is None or parent.is_remote:
+                    self._assembly.section_3_root(context.trace_id, False)
             elif self._lost_open and attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
                 prompt_id = attributes.get(_PROMPT_ID)
                 if isinstance(prompt_id, str):

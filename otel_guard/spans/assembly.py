@@ -35,7 +35,9 @@ batch is a ``duplicate_span`` for the later call; more than ``max_calls_per_batc
 the batch incomplete (``batch_overflow``). A window without tool calls is not a batch.
 
 **Section 3 spans.** An ``acp.*`` prompt span below an inferred prompt shields its subtree (its
-spans are section 3's). When it is a direct child of the prompt span, the host describes that
+spans are section 3's); a trace whose local root is an ``acp.*`` prompt span is not watched at
+all while that span is open, so section 3 hosts pay nothing for the inferred profiles. When it
+is a direct child of the prompt span, the host describes that
 very prompt with section 3 spans: the inferred prompt is not evaluated at all, so no call is
 counted twice.
 
@@ -159,12 +161,24 @@ class InferredAssembly:
         self._max_calls = max_calls_per_batch
         self._bytes = 0
         self._dropped: OrderedDict[int, None] = OrderedDict()
+        self._section_3_roots: OrderedDict[int, None] = OrderedDict()
         self._arrivals = 0
         self._prompts = 0
         self._model_calls = 0
         self._tool_calls = 0
         self._orphans = 0
         self.claim_keys = CLAIM_KEYS
+
+    def section_3_root(self, trace_id: int, open_now: bool) -> None:
+        """A section 3 prompt span that is its trace's local root started (``open_now``) or
+        ended. Below it every span is section 3's, so its trace is never watched meanwhile."""
+        roots = self._section_3_roots
+        if open_now:
+            roots[trace_id] = None
+            if len(roots) > self._max_traces:
+                roots.popitem(last=False)
+        else:
+            roots.pop(trace_id, None)
 
     @property
     def watched(self) -> Sized:
@@ -177,6 +191,7 @@ class InferredAssembly:
     def clear(self) -> None:
         self.traces.clear()
         self._dropped.clear()
+        self._section_3_roots.clear()
         self._bytes = 0
 
     def link(self, trace_id: int, span_id: int, parent: SpanContext | None) -> list[ProfileEvent]:
@@ -226,6 +241,8 @@ class InferredAssembly:
         if trace is None:
             if claim is None and not shield:
                 return events
+            if trace_id in self._section_3_roots:
+                return events  # below a section 3 prompt span: never an inferred prompt's
             if trace_id in self._dropped:
                 # Part of a trace given up, or ended after its root: never read as a whole.
                 if claim is not None and claim.kind == "tool_call":
