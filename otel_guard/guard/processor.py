@@ -572,6 +572,7 @@ class GuardSpanProcessor(SpanProcessor):
         prompt = self._prompts.get(prompt_id)
         if prompt is not None:
             prompt.guarded = prompt.guarded and guarded
+            life.guarded = life.guarded and prompt.guarded
             prompt.state = prompt.state._replace(enforcement_disabled=True)
             if prompt.pending is not None and prompt.pending.kind == "stop":
                 prompt.pending = None  # which host would take it is unknown
@@ -849,6 +850,9 @@ class GuardSpanProcessor(SpanProcessor):
             life = self._lives.get(prompt_id)
             if life is not None:
                 life.guarded = False
+            lost = self._lost_open.get(prompt_id)
+            if lost is not None:
+                self._lost_open[prompt_id] = (lost[0], False)
         self._expire(now, out)
         prompt = self._prompt_for_batch(prompt_id, now, out)
         if opted_out:
