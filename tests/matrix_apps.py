@@ -57,7 +57,8 @@ QUIET_ENVIRONMENT = {
     "OPENAI_API_KEY": "sk-offline-unused",
     "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
     "TRACELOOP_TRACE_CONTENT": "true",
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
+    # Google ADK reads the mode's name; "true" there means no content.
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
 }
 
 
@@ -338,10 +339,13 @@ def run_openai_agents() -> None:
         def __init__(self) -> None:
             self.turn = 0
 
-        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        async def get_response(
+            self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+        ) -> Any:
             self.turn += 1
-            # A real model records its generation, as the SDK's own models do.
-            with generation_span(model="scripted", input=[], output=[]):
+            # A real model records its generation (with its input), as the SDK's own models do.
+            messages = [{"role": "user", "content": input}] if isinstance(input, str) else input
+            with generation_span(model="scripted", input=list(messages), output=[]):
                 pass
             if self.turn > TURNS:
                 text = ResponseOutputText(type="output_text", text=FINAL, annotations=[])
@@ -442,9 +446,7 @@ def run_crewai() -> None:
             return failing_tool(command)
 
     llm = ScriptedLLM(model="scripted")
-    agent = Agent(
-        role="builder", goal="build", backstory="a builder", llm=llm, tools=[RunShell()]
-    )
+    agent = Agent(role="builder", goal="build", backstory="a builder", llm=llm, tools=[RunShell()])
     task = Task(description=PROMPT, expected_output="a build", agent=agent)
     crew = Crew(agents=[agent], tasks=[task])
     output = crew.kickoff()
@@ -656,6 +658,17 @@ def record(name: str, out_path: str) -> dict[str, Any]:
     spans = memory.get_finished_spans()
     with open(out_path, "w", encoding="utf-8") as stream:
         OtlpJsonSpanExporter(stream).export(spans)
+    # The same spans as OTLP protobuf bytes, before and after the guard's redaction.
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from otel_guard import RedactingSpanExporter
+
+    redacted = InMemorySpanExporter()
+    RedactingSpanExporter(redacted).export(spans)
+    with open(out_path + ".otlp", "wb") as binary:
+        binary.write(encode_spans(spans).SerializeToString())
+    with open(out_path + ".redacted.otlp", "wb") as binary:
+        binary.write(encode_spans(redacted.get_finished_spans()).SerializeToString())
 
     counts: dict[str, dict[str, int]] = {DECISIONS_METRIC: {}, DIAGNOSTICS_METRIC: {}}
     label = {DECISIONS_METRIC: "decision", DIAGNOSTICS_METRIC: "diagnostic"}
@@ -672,7 +685,9 @@ def record(name: str, out_path: str) -> dict[str, Any]:
     late: dict[str, list[str]] = {}
     for span in spans:
         at_start = starts.keys.get(span.context.span_id, frozenset()) if span.context else ()
-        missing = sorted(k for k in (span.attributes or {}) if k in _CLASSIFYING and k not in at_start)
+        missing = sorted(
+            k for k in (span.attributes or {}) if k in _CLASSIFYING and k not in at_start
+        )
         if missing:
             late.setdefault(span.name, missing)
     return {
