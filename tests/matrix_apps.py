@@ -79,7 +79,7 @@ def run_langgraph() -> None:
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.tools import tool
-    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
     class ScriptedChatModel(BaseChatModel):

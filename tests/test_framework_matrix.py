@@ -1,4 +1,4 @@
-"""The compatibility matrix: real agent frameworks, offline, under the instrumentation users install.
+"""The compatibility matrix: real agent frameworks, offline, under their users' instrumentation.
 
 Each cell runs one framework in its own process (``tests/matrix_apps.py``: frameworks keep
 process-wide state) with a scripted model: one user prompt, 6 model turns of 2 parallel calls
