@@ -70,6 +70,7 @@ TARGETS: dict[str, Target] = {
             # under the tool takes minutes per mutant; the byte bound it measures is pinned
             # exactly (batch_overflow at the bound) by test_batch_assembly.py and test_processor.py.
             "tests/test_genai_profile.py",
+            "tests/test_span_profiles.py",
             "tests/test_dispatch.py",
         ),
         1800,

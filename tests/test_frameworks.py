@@ -240,5 +240,5 @@ def test_pydantic_ai_traces_replay_to_the_live_decisions(
     captured = capsys.readouterr()
     report = json.loads(captured.out)
     assert captured.err == ""
-    assert report["profiles"] == {"acp": 0, "genai": 1}
+    assert report["profiles"] == {"acp": 0, "genai": 1, "openinference": 0}
     assert {k: v for k, v in report["decisions"].items() if v} == harness.decision_counts()

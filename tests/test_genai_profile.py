@@ -151,14 +151,16 @@ def test_a_turn_without_tool_calls_is_not_a_batch() -> None:
 
 def test_never_enforced_reminders_at_most_and_no_stop() -> None:
     agent = Agent(mode="enforce")
-    actions = []
     with agent.prompt() as prompt:
         for _ in range(4):
             agent.turn(prompt)
             agent.chat(prompt)
-            actions.append(agent.harness.guard.take_action("conv-1"))
     assert agent.harness.decision_counts() == {"tracked": 1, "warned": 1, "would_stop": 1}
-    assert [a.kind if a else None for a in actions] == [None, "reminder", None, None]
+    # Decided when the prompt span ended (its classification is read from ended spans): the
+    # reminder is the warn decision's action, never a stop, and no host is left to take it.
+    actions = [e.action.kind if e.action else None for e in agent.evaluations]
+    assert actions == [None, "reminder", None, None]
+    assert agent.harness.guard.take_action("conv-1") is None
     modes = {a["mode"] for a, _ in agent.harness.points(DECISIONS_METRIC)}
     assert modes == {"warn"}
     assert {
@@ -243,7 +245,7 @@ def test_tool_calls_below_intermediate_spans_find_their_prompt() -> None:
     assert len(agent.evaluations[0].batch.observations) == 4
 
 
-def test_the_nearest_invoke_agent_ancestor_owns_a_call() -> None:
+def test_the_outermost_of_nested_prompts_owns_their_calls() -> None:
     agent = Agent()
     with agent.prompt("outer") as outer:
         agent.chat(outer)
@@ -251,8 +253,15 @@ def test_the_nearest_invoke_agent_ancestor_owns_a_call() -> None:
         with agent.prompt("inner", parent=delegate) as inner:
             agent.turn(inner, width=3)
         delegate.end()
-    by_prompt = {e.prompt_id: len(e.batch.observations) for e in agent.evaluations}
-    assert by_prompt == {"inner": 3, "outer": 1}
+    # One prompt: the delegating call was still running when the inner model call started (its
+    # batch is incomplete, the call late); the inner calls settle when the outer prompt ends.
+    assert [
+        (e.prompt_id, len(e.batch.observations), e.batch.complete) for e in agent.evaluations
+    ] == [
+        ("outer", 0, False),
+        ("outer", 3, True),
+    ]
+    assert agent.harness.guard.diagnostics() == {"late_span": 1}
 
 
 def test_spans_with_acp_attributes_follow_section_3_even_below_a_genai_prompt() -> None:
@@ -297,29 +306,29 @@ def test_a_genai_prompt_has_a_never_enforcing_state_from_its_start_to_its_end() 
     agent = Agent(mode="enforce")
     guard = agent.harness.guard
     with agent.prompt() as prompt:
-        state = guard.state("conv-1")
-        assert state is not None and state.phase == "idle" and state.enforcement_disabled
         agent.turn(prompt)
         agent.chat(prompt)
-        state = guard.state("conv-1")
-        assert state is not None and state.phase == "tracking" and state.enforcement_disabled
+        assert guard.state("conv-1") is None  # nothing is read before the prompt span ends
+    (evaluation,) = agent.evaluations
+    assert evaluation.before.phase == "idle" and evaluation.before.enforcement_disabled
+    assert evaluation.decision.state.phase == "tracking"
     assert guard.state("conv-1") is None
     assert guard.diagnostics() == {}
 
 
-def test_a_genai_prompt_reusing_an_id_with_state_starts_fresh_without_evicting_another() -> None:
+def test_a_genai_prompt_reusing_an_id_with_section_3_state_collides_without_evicting() -> None:
     agent = Agent(max_prompts=2)
     harness = agent.harness
     guard = harness.guard
     harness.batch("conv-1", [OK])  # a section 3 prompt with the GenAI prompt's ID, idle
     harness.batch("q", [OK])  # idle, more recently active
-    with agent.prompt():
-        assert guard.diagnostics() == {}
-        state = guard.state("conv-1")
-        assert state is not None and state.enforcement_disabled  # the GenAI prompt's own
-        harness.batch("r", [OK])  # the table is full: the least recently active idle one goes
-        assert guard.diagnostics() == {"evicted": 1}
-        assert guard.state("q") is None and guard.state("conv-1") is not None
+    with agent.prompt() as prompt:
+        agent.turn(prompt)
+    # Two profiles with one prompt ID: the ID's state is kept, never enforcing from now on.
+    assert guard.diagnostics() == {"prompt_collision": 1}
+    state = guard.state("conv-1")
+    assert state is not None and state.enforcement_disabled
+    assert guard.state("q") is not None
 
 
 def test_a_genai_prompt_starting_at_capacity_evicts_the_least_recently_active_prompt() -> None:
@@ -327,29 +336,11 @@ def test_a_genai_prompt_starting_at_capacity_evicts_the_least_recently_active_pr
     harness = agent.harness
     harness.failing_batches("p", 1)
     with agent.prompt():
-        assert harness.guard.diagnostics() == {"evicted": 1}
-        assert harness.guard.state("p") is None
+        assert harness.guard.diagnostics() == {}
+    assert harness.guard.diagnostics() == {"evicted": 1}
+    assert harness.guard.state("p") is None
     (record,) = harness.logs(DIAGNOSTIC_EVENT)
     assert dict(record.log_record.attributes or {}) == {"diagnostic": "evicted", "prompt_id": "p"}
-
-
-def test_a_genai_prompt_whose_state_was_evicted_is_rebuilt_never_enforcing() -> None:
-    agent = Agent(mode="enforce", max_prompts=1)
-    harness = agent.harness
-    guard = harness.guard
-    with agent.prompt() as prompt:
-        harness.failing_batches("p", 1)  # evicts the GenAI prompt's state
-        agent.turn(prompt)
-        agent.chat(prompt)  # settles its batch: the state is rebuilt (evicting p)
-        state = guard.state("conv-1")
-        assert state is not None and state.phase == "tracking" and state.enforcement_disabled
-        harness.failing_batches("p", 1)  # p is rebuilt in turn, and the GenAI prompt evicted
-    assert [(e.prompt_id, e.profile, e.decision.kind) for e in agent.evaluations] == [
-        ("p", "acp", "tracked"),
-        ("conv-1", "genai", "tracked"),
-        ("p", "acp", "tracked"),
-    ]
-    assert guard.diagnostics() == {"evicted": 3}
 
 
 def test_genai_observations_are_counted_and_transitions_carry_the_settling_span() -> None:
@@ -385,7 +376,11 @@ def test_a_genai_prompt_sharing_its_id_with_an_opted_out_prompt_is_not_evaluated
             agent.turn(prompt)
         agent.chat(prompt)
     assert agent.evaluations == []
-    assert harness.points() == [] and harness.logs() == []
+    assert harness.points(DECISIONS_METRIC) == [] and harness.logs(TRANSITION_EVENT) == []
+    # Two profiles with one ID collide; an opted-out prompt is never named in telemetry.
+    assert harness.guard.diagnostics() == {"prompt_collision": 1}
+    (record,) = harness.logs(DIAGNOSTIC_EVENT)
+    assert "prompt_id" not in dict(record.log_record.attributes or {})
 
 
 def test_mode_off_reads_no_genai_prompt() -> None:
@@ -424,18 +419,20 @@ def test_spans_outside_any_genai_prompt_leave_no_state() -> None:
     assert guard._genai_open == {}  # every open span's entry left with its span
 
 
-def test_open_spans_below_prompts_are_bounded_and_evicted_oldest_first() -> None:
+def test_watched_traces_are_bounded_and_evicted_oldest_first() -> None:
     agent = Agent(max_prompts=1, max_calls_per_batch=4)
     bound = 4 * 1 + 4
-    with agent.prompt() as prompt:
-        agent.chat(prompt)
-        stuck = [agent.start_tool(prompt) for _ in range(3)]
-        spans = [agent.span(prompt, f"step {i}") for i in range(20)]
-        assert len(agent.harness.guard._genai_open) == bound
-        for span in spans + stuck:
-            span.end()
-    assert agent.harness.guard.diagnostics()["evicted"] >= 1
-    assert agent.evaluations == [] or agent.evaluations[0].batch.complete is False
+    prompts = [agent.tracer.start_span("invoke_agent agent") for _ in range(bound + 3)]
+    for prompt in prompts:
+        agent.tool(prompt)  # watches the prompt's trace until its root ends
+    assert len(agent.harness.guard._genai_open) == bound
+    assert agent.harness.guard.diagnostics() == {"evicted": 3}
+    for prompt in prompts:
+        prompt.set_attribute("gen_ai.operation.name", "invoke_agent")
+        prompt.end()
+    # The evicted traces are never read in part; the others settle their prompt.
+    assert len(agent.evaluations) == bound
+    assert agent.harness.guard._genai_open == {}
 
 
 def test_malformed_attribute_values_never_raise_from_span_end() -> None:
@@ -480,7 +477,7 @@ def test_replay_reads_genai_traces_with_the_live_decisions(
         agent.chat(prompt)
     code, report, err = _replay(capsys, _write(agent, tmp_path / "genai.jsonl"))
     assert code == 0 and err == ""
-    assert report["profiles"] == {"acp": 0, "genai": 1}
+    assert report["profiles"] == {"acp": 0, "genai": 1, "openinference": 0}
     assert report["prompts"] == 1 and report["batches"] == 3
     live = agent.harness.decision_counts()
     assert {k: v for k, v in report["decisions"].items() if v} == live
@@ -545,6 +542,17 @@ def test_any_span_tree_leaves_no_state_and_never_raises(
     }
     open_spans: list[Span] = []
     started = 0
+    ended_roots: set[int] = set()
+    outliving: set[int] = set()  # traces with a span that ended after the trace's root
+
+    def end(span: Span) -> None:
+        context = span.get_span_context()
+        if context.trace_id in ended_roots:
+            outliving.add(context.trace_id)
+        span.end()
+        if span.parent is None:  # type: ignore[attr-defined]
+            ended_roots.add(context.trace_id)
+
     for action, kind, pick in steps:
         if action == "start" or not open_spans:
             parent = open_spans[pick % len(open_spans)] if open_spans and pick % 5 else None
@@ -556,11 +564,13 @@ def test_any_span_tree_leaves_no_state_and_never_raises(
             open_spans.append(span)
             started += 1
         else:
-            open_spans.pop(pick % len(open_spans)).end()
+            end(open_spans.pop(pick % len(open_spans)))
     while open_spans:
-        open_spans.pop().end()
+        end(open_spans.pop())
     guard = agent.harness.guard
-    assert guard._genai_open == {}
+    # A trace is watched until its root ends; only spans outliving their root leave an entry
+    # (bounded by the table of watched traces).
+    assert set(guard._genai_open) <= outliving
     assert "internal_error" not in guard.diagnostics()
     assert sum(len(e.batch.observations) for e in agent.evaluations) <= started
     assert {e.profile for e in agent.evaluations} <= {"genai", "acp"}

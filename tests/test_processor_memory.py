@@ -65,3 +65,46 @@ def test_never_ending_batch_spans_stay_under_the_byte_bound() -> None:
     # The budget was reached and shed: the oldest batches gave up their calls.
     assert guard.diagnostics()["batch_overflow"] > 0
     assert DEFAULT_MAX_CALL_BYTES < BOUND
+
+
+LONG_IDS = 20_000
+LONG_ID_LENGTH = 100_000
+LONG_ID_BOUND = 64 * MIB
+
+
+def test_prompt_ids_of_100_kb_keep_a_fixed_size_digest() -> None:
+    """20,000 prompts whose IDs are 100 KB each (2 GB of IDs): the guard keeps each ID's digest,
+    never the ID, in its prompt states, its open-span and dropped-prompt tables and its records."""
+    guard = GuardSpanProcessor(mode="enforce", background_telemetry=False)
+    provider = TracerProvider()
+    provider.add_span_processor(guard)
+    tracer = provider.get_tracer("agent")
+    base = "p" * LONG_ID_LENGTH
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(LONG_IDS):
+            prompt_id = f"{i:08d}" + base[8:]
+            # A prompt span that never ends, and one settled batch that leaves a tracked state.
+            tracer.start_span(
+                "invoke_agent",
+                attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id},
+            )
+            batch = tracer.start_span("tool_batch", attributes={"acp.prompt.id": prompt_id})
+            attributes = dict(FAILING_CALL)
+            attributes["gen_ai.tool.call.id"] = f"call-{i}"
+            tracer.start_span(
+                "execute_tool", context=set_span_in_context(batch), attributes=attributes
+            ).end()
+            batch.set_attributes({"acp.batch.admitted": 1, "acp.input.reliable": True})
+            batch.end()
+            del prompt_id, batch
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < LONG_ID_BOUND, f"{grown / MIB:.1f} MiB kept"
+    last = f"{LONG_IDS - 1:08d}" + base[8:]
+    state = guard.state(last)
+    assert state is not None and state.phase == "tracking"

@@ -51,8 +51,8 @@ class GuardFirstSpanProcessor(SynchronousMultiSpanProcessor):
         self._guard = guard
         self._start_interest = guard.START_INTEREST
         self._end_interest = guard.END_INTEREST
-        # While a GenAI prompt is open the guard follows every span (its profile finds each
-        # span's prompt through its parent), so the filter then lets every span through.
+        # While the guard watches a trace every ending span may leave a link (its descendants'
+        # prompt is found through it), so the filter then lets every span end through.
         self._lineage = guard.genai_lineage
         self._others: tuple[SpanProcessor, ...] = tuple(processors)
         self._span_processors = (guard, *self._others)
@@ -75,15 +75,12 @@ class GuardFirstSpanProcessor(SynchronousMultiSpanProcessor):
             self._guard.on_start(span, parent_context)
         else:
             # Written out rather than calling a helper: this runs for every span of the host.
-            wanted = bool(self._lineage)
-            if not wanted:
-                for key, value in self._start_interest:
-                    found = attributes.get(key, _MISSING)
-                    if found is not _MISSING and (value is ANY_VALUE or found == value):
-                        wanted = True
-                        break
-            if wanted:
-                self._guard.on_start(span, parent_context)
+            # The inferred profiles read ended spans only, so starts never need the lineage.
+            for key, value in self._start_interest:
+                found = attributes.get(key, _MISSING)
+                if found is not _MISSING and (value is ANY_VALUE or found == value):
+                    self._guard.on_start(span, parent_context)
+                    break
         for processor in self._others:
             processor.on_start(span, parent_context=parent_context)
 

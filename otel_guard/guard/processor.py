@@ -1,28 +1,24 @@
 """``GuardSpanProcessor``: settled tool batches from spans, the reducer per prompt, host actions.
 
-Data flows one way: span -> batch assembly -> :func:`otel_guard.reducer.reduce` -> telemetry and
-the host action. The reducer runs synchronously inside the batch span's ``end()``; telemetry is
-emitted after the guard's lock is released, with instrumentation suppressed.
+Data flows one way: span -> profile (which convention, what the span is) -> batch assembly ->
+:func:`otel_guard.reducer.reduce` -> telemetry and the host action. Telemetry is emitted after
+the guard's lock is released, with instrumentation suppressed.
 
-Span identification (docs/contract.md section 3), decided when a span starts:
+* **Section 3 spans** (:mod:`otel_guard.spans.acp` reads their attributes): the processor keeps
+  their open prompt and batch spans itself, because the reducer runs synchronously inside the
+  batch span's ``end()``. A span with ``acp.prompt.id`` at start is a prompt span
+  (``invoke_agent``) or a batch span candidate, evaluated when it ends if it then carries
+  ``acp.batch.admitted``. An ``execute_tool`` span ending under an open batch span is reduced to
+  the few fields the reducer needs; they become observations, in call start order, when the
+  batch span ends.
+* **Inferred profiles** (sections 3b and 3c; :mod:`otel_guard.spans.assembly` and the profile
+  modules it lists): every other span is handed over when it *ends*, if it carries one of the
+  profiles' claim keys or belongs to a trace the assembly watches. The assembly emits normalized
+  events (prompt started, batch settled, prompt ended, diagnostics), which this processor applies
+  like a batch span's evaluation. A new convention is a new profile module: nothing here changes.
 
-* ``gen_ai.operation.name == "execute_tool"``: a tool-call span. When it ends under an open
-  batch span, the few fields the reducer needs are kept (not the span); they are turned into
-  observations when the batch span ends, in call start order (a call ID seen twice in one batch
-  is a ``duplicate_span`` diagnostic for the later-started call). A tool type other than
-  ``native``/``mcp`` is handed to the reducer without a tool name: never eligible.
-* ``gen_ai.operation.name == "invoke_agent"`` with ``acp.prompt.id``: a prompt span.
-* any other span with ``acp.prompt.id`` at start: a batch span candidate. It is evaluated when it
-  ends if it then carries ``acp.batch.admitted``; a present but malformed admitted count makes
-  the batch incomplete. A batch span must therefore carry ``acp.prompt.id`` from its start; the
-  admitted count and the input-drain attributes may be set at any time before it ends.
-
-Spans without ``acp.prompt.id`` that are ``invoke_agent`` spans, or that start while a GenAI
-prompt is open, go to :class:`~otel_guard.spans.genai_profile.GenAIProfile` (section 3b), whose
-events this processor applies like a batch span's; its module docstring says how it stays bounded.
-
-Every other span costs two membership tests in ``on_start`` and two in ``on_end``, plus one
-truth test of the profile's (usually empty) table of open GenAI spans.
+An unclaimed span costs one membership test in ``on_start`` and a few in ``on_end`` (the
+profiles' claim keys), plus one truth test of the (usually empty) table of watched traces.
 """
 
 from __future__ import annotations
@@ -63,14 +59,20 @@ from otel_guard.reducer import (
     reduce,
 )
 from otel_guard.spans import attributes as attr
-from otel_guard.spans.genai_profile import (
+from otel_guard.spans.acp import opted_out as _opted_out
+from otel_guard.spans.acp import read_call
+from otel_guard.spans.assembly import CLAIM_KEYS, InferredAssembly
+from otel_guard.spans.events import (
+    MAX_ID_LENGTH,
+    MAX_PROMPT_ID_LENGTH,
     BatchSettled,
     Coverage,
-    GenAIProfile,
     ProfileDiagnostic,
     ProfileEvent,
+    ProfileName,
     PromptEnded,
     PromptStarted,
+    bounded_id,
 )
 
 __all__ = [
@@ -89,7 +91,7 @@ Interest = tuple[tuple[str, object], ...]
 the guard's; a span with none of them is not (unless a GenAI prompt is open: see
 :attr:`GuardSpanProcessor.genai_lineage`)."""
 
-Profile = Literal["acp", "genai"]
+Profile = ProfileName
 
 _logger = logging.getLogger(__name__)
 
@@ -100,8 +102,8 @@ DEFAULT_MAX_CALLS_PER_BATCH = 1_024
 DEFAULT_MAX_CALL_BYTES = 16 * 1024 * 1024
 # Longer tool names are treated as missing: they are not plausible registry names and would
 # otherwise be kept, unbounded, in the private failure key.
-MAX_TOOL_NAME_LENGTH = 256
-MAX_CALL_ID_LENGTH = 256
+MAX_TOOL_NAME_LENGTH = MAX_ID_LENGTH
+MAX_CALL_ID_LENGTH = MAX_ID_LENGTH
 
 _EMPTY: Mapping[str, Any] = {}
 # A SpanContext is a tuple whose second item is the span ID (its declared type); indexing it is
@@ -200,10 +202,6 @@ class _PromptSpan:
 # arrival, call ID, tool name, tool type, terminal status, execution status, execution error
 # type, provider duplicate, span ID). The span ID is kept for the ``duplicate_span`` record.
 _CallRecord = tuple[int, int, str, str | None, str | None, str, str | None, str | None, bool, int]
-# What a kept call is counted as, besides its strings' characters. Deliberately above what it
-# costs: tracemalloc shows about 280 bytes per kept call, strings included, on CPython 3.11,
-# against some 430 counted; the budget errs towards keeping less.
-_CALL_RECORD_BYTES: Final = 400
 
 
 class _OpenBatch:
@@ -222,10 +220,6 @@ class _OpenBatch:
 _Tracked = _PromptSpan | _OpenBatch
 _INITIAL_STATE: Final = GuardState.initial()
 _REBUILT_STATE: Final = _INITIAL_STATE._replace(enforcement_disabled=True)
-_RESOLVED_TOOL_TYPES: Final = frozenset({"native", "mcp"})
-# Longest kept status or tool type: longer values are not in any closed set, so they are kept
-# as missing values, which the reducer classifies the same way.
-_MAX_STATUS_LENGTH: Final = 64
 # Batch spans that ended recently, by span ID, with their prompt: a tool-call span ending under
 # one of them is a late frame. Bounded: a frame later than this is ignored as an orphan.
 _ENDED_BATCHES = 4096
@@ -239,15 +233,6 @@ _Emission = (
 
 # The slow path when a span lacks the SDK's private fields (otel_guard.guard._sdkfields reads them).
 _attributes = _sdk.attributes
-
-
-def _opted_out(attributes: Mapping[str, Any]) -> bool:
-    """A prompt or batch span marks its prompt as not guarded: a route other than the
-    interactive one, or a channel prompt."""
-    route = attributes.get(attr.PROMPT_ROUTE)
-    return (isinstance(route, str) and route != attr.ROUTE_INTERACTIVE) or attributes.get(
-        attr.PROMPT_CHANNEL
-    ) is True
 
 
 class GuardSpanProcessor(SpanProcessor):
@@ -307,20 +292,17 @@ class GuardSpanProcessor(SpanProcessor):
     expiry pops from the front of the activity order. Nothing scans the prompts.
     """
 
-    START_INTEREST: ClassVar[Interest] = (
-        (attr.PROMPT_ID, ANY_VALUE),
-        (attr.OPERATION_NAME, attr.INVOKE_AGENT),
-    )
-    """Spans whose ``on_start`` can matter while no GenAI prompt is open: prompt and batch spans
-    carry the prompt ID; an ``invoke_agent`` span without it opens a GenAI prompt."""
+    START_INTEREST: ClassVar[Interest] = ((attr.PROMPT_ID, ANY_VALUE),)
+    """Spans whose ``on_start`` can matter: section 3 prompt and batch spans carry the prompt ID
+    from their start. The inferred profiles read nothing at start."""
     END_INTEREST: ClassVar[Interest] = (
-        (attr.OPERATION_NAME, attr.EXECUTE_TOOL),
         (attr.PROMPT_ID, ANY_VALUE),
+        *((key, ANY_VALUE) for key in CLAIM_KEYS),
     )
-    """Spans whose ``on_end`` can matter while no GenAI prompt is open: tool calls, and prompt
-    and batch spans. The fused dispatch (:mod:`otel_guard.guard.dispatch`) calls the hooks for these
-    spans only, and for every span while :attr:`genai_lineage` is not empty; keep both in step
-    with the hooks."""
+    """Spans whose ``on_end`` can matter while no trace is watched: section 3 prompt, batch and
+    tool-call spans, and any span an inferred profile may claim. The fused dispatch
+    (:mod:`otel_guard.guard.dispatch`) calls ``on_end`` for these spans only, and for every span
+    while :attr:`genai_lineage` is not empty; keep both in step with the hooks."""
 
     def __init__(
         self,
@@ -379,11 +361,17 @@ class GuardSpanProcessor(SpanProcessor):
             background=background_telemetry,
             on_failure=self._telemetry_failed,
         )
-        self._genai = GenAIProfile(
-            max_open_spans=self._max_tracked, max_calls_per_batch=max_calls_per_batch
+        # Prompt IDs whose open prompt span left the span table to its bound -> guarded: a
+        # later prompt span with the ID is a collision, never a fresh enforcing prompt.
+        self._lost_open: OrderedDict[str, bool] = OrderedDict()
+        self._assembly = InferredAssembly(
+            max_traces=self._max_tracked,
+            max_bytes=max_call_bytes,
+            max_calls_per_batch=max_calls_per_batch,
         )
-        # Open spans below GenAI prompts: empty (and skipped) while no such prompt is open.
-        self._genai_open = self._genai.lineage
+        self._claim_keys = CLAIM_KEYS
+        # Traces the inferred profiles watch: empty (and skipped) while none is.
+        self._genai_open = self._assembly.watched
         if resolution.invalid:
             self._flush([("diagnostic", "invalid_mode", None, None)])
 
@@ -396,9 +384,10 @@ class GuardSpanProcessor(SpanProcessor):
 
     @property
     def genai_lineage(self) -> Sized:
-        """The open spans below GenAI prompts: while it is not empty, every span may be the
-        guard's (the profile follows each one to find its prompt); it is the same object for
-        the processor's life, so a dispatcher may keep it and test its length per span."""
+        """The traces the inferred profiles watch: while it is not empty, every ending span may
+        be the guard's (it leaves the link its descendants' prompt is found through); it is the
+        same object for the processor's life, so a dispatcher may keep it and test its length
+        per span."""
         return self._genai_open
 
     def take_action(self, prompt_id: str) -> GuardAction | None:
@@ -410,7 +399,7 @@ class GuardSpanProcessor(SpanProcessor):
         """
         try:
             with self._lock:
-                prompt = self._prompts.get(prompt_id)
+                prompt = self._prompts.get(bounded_id(prompt_id))
                 if prompt is None or prompt.pending is None:
                     return None
                 action, prompt.pending = prompt.pending, None
@@ -423,8 +412,9 @@ class GuardSpanProcessor(SpanProcessor):
 
     def state(self, prompt_id: str) -> GuardState | None:
         """The prompt's current guard state, or ``None`` if the guard keeps none for it."""
+        key = bounded_id(prompt_id)
         with self._lock:
-            prompt = self._prompts.get(prompt_id)
+            prompt = self._prompts.get(key)
             return None if prompt is None else prompt.state
 
     def diagnostics(self) -> dict[str, int]:
@@ -433,9 +423,10 @@ class GuardSpanProcessor(SpanProcessor):
             return dict(self._diagnostic_counts)
 
     def genai_coverage(self) -> Coverage:
-        """GenAI-profile prompts, model calls and tool calls seen so far (section 3b)."""
+        """Prompts, model calls and tool calls the inferred profiles (sections 3b, 3c) have
+        evaluated so far, and tool calls that belonged to no prompt."""
         with self._lock:
-            return self._genai.coverage()
+            return self._assembly.coverage()
 
     # -- SpanProcessor ----------------------------------------------------------------------
 
@@ -448,31 +439,19 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _attributes(span)
-            # Prompt and batch spans carry the prompt ID from their start; a GenAI prompt is an
-            # invoke_agent span without it. Membership tests, not get(): no call on a miss.
-            if _PROMPT_ID not in attributes:
-                if (
-                    (
-                        self._genai_open
-                        or (
-                            _OPERATION_NAME in attributes
-                            and attributes[_OPERATION_NAME] == _INVOKE_AGENT
-                        )
-                    )
-                    and not self._inert
-                    and not self._genai.follow(span, attributes)
-                ):
-                    self._genai_step(span, attributes, starting=True)
-                return
-            if self._inert:
+            # Section 3 prompt and batch spans carry the prompt ID from their start; the
+            # inferred profiles read ended spans only. A membership test: no call on a miss.
+            if _PROMPT_ID not in attributes or self._inert:
                 return
             prompt_id = attributes[_PROMPT_ID]
             operation = attributes.get(_OPERATION_NAME)
             if operation == _EXECUTE_TOOL or not isinstance(prompt_id, str):
                 return  # tool-call spans are read when they end
+            if len(prompt_id) > MAX_PROMPT_ID_LENGTH:
+                # Kept as its digest wherever state is kept; the ID itself is never named.
+                prompt_id = bounded_id(prompt_id)
+                self._flush([("diagnostic", "long_prompt_id", None, None)])
             if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
-                if self._genai_open:
-                    self._genai_shield(span)
                 self._start_prompt(span, prompt_id, attributes)
             else:
                 self._start_batch(span, prompt_id)
@@ -491,14 +470,18 @@ class GuardSpanProcessor(SpanProcessor):
                 return
             if _PROMPT_ID not in attributes:
                 # Neither a prompt nor a batch span: the common case ends here. The table of
-                # open GenAI spans is empty while the processor is inert.
-                if self._genai_open and not self._genai.drop(span, attributes):
-                    self._genai_step(span, attributes, starting=False)
+                # watched traces is empty while the processor is inert.
+                if self._genai_open:
+                    self._inferred_end(span, attributes)
+                    return
+                for key in self._claim_keys:
+                    if key in attributes:
+                        if not self._inert:
+                            self._inferred_end(span, attributes)
+                        return
                 return
             if self._inert:
                 return
-            if self._genai_open:
-                self._genai_step(span, attributes, starting=False)
             try:
                 context = _sdk.context(span)
             except AttributeError:
@@ -506,7 +489,12 @@ class GuardSpanProcessor(SpanProcessor):
             if context is None:
                 return
             # Most spans here are tracked: _end_tracked's look-up under the lock is the only one.
-            self._end_tracked(span, context)
+            self._end_tracked(span, context, attributes)
+            # A section 3 prompt span below an inferred prompt shields its subtree from it.
+            if self._genai_open or (
+                attributes.get(_OPERATION_NAME) == _INVOKE_AGENT and span.parent is not None
+            ):
+                self._inferred_end(span, attributes)
         except Exception:
             self._internal_error()
 
@@ -523,7 +511,8 @@ class GuardSpanProcessor(SpanProcessor):
                 self._tracked.clear()
                 self._holding.clear()  # the byte count is not read again once inert
                 self._ended_batches.clear()
-                self._genai.clear()
+                self._lost_open.clear()
+                self._assembly.clear()
             self._telemetry.close()
         except Exception:
             _logger.debug("otel_guard: shutdown failed", exc_info=False)
@@ -545,7 +534,16 @@ class GuardSpanProcessor(SpanProcessor):
         with self._lock:
             now = self._clock()
             life = self._lives.get(prompt_id)
-            if life is None:
+            lost = self._lost_open.get(prompt_id) if life is None else None
+            if lost is not None:
+                # A prompt span with this ID may still be open, its record lost to the span
+                # table's bound: this one collides with it (docs/contract.md section 4).
+                life = self._lives[prompt_id] = _Life(lost)
+                life.open = 0  # _collide counts this span
+                if prompt_id not in self._prompts:
+                    self._admit_prompt(prompt_id, _Prompt(lost, now, rebuilt=True), now, out)
+                self._collide(prompt_id, life, guarded, span.context, out)
+            elif life is None:
                 # A new prompt span starts a fresh prompt: nothing of an earlier one carries over.
                 self._lives[prompt_id] = _Life(guarded)
                 self._dropped.pop(prompt_id, None)
@@ -607,6 +605,11 @@ class GuardSpanProcessor(SpanProcessor):
         life = self._lives.get(prompt_id)
         if life is None:
             return
+        lost = self._lost_open
+        lost[prompt_id] = lost.get(prompt_id, True) and life.guarded
+        lost.move_to_end(prompt_id)
+        if len(lost) > self._max_dropped:
+            lost.popitem(last=False)
         life.open -= 1
         if life.open > 0:
             return
@@ -626,7 +629,9 @@ class GuardSpanProcessor(SpanProcessor):
             del self._lives[prompt_id]
         self._discard(prompt_id)
 
-    def _end_tracked(self, span: ReadableSpan, context: SpanContext) -> None:
+    def _end_tracked(
+        self, span: ReadableSpan, context: SpanContext, attributes: Mapping[str, Any]
+    ) -> None:
         out: list[_Emission] = []
         evaluation: tuple[Transition | None, BatchEvaluation | None] | None = None
         with self._lock:
@@ -635,6 +640,11 @@ class GuardSpanProcessor(SpanProcessor):
                 evaluation = self._end_batch(span, context, ref, out)
             elif type(ref) is _PromptSpan:
                 self._end_prompt_span(ref.prompt_id)
+            elif self._lost_open and attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
+                prompt_id = attributes.get(_PROMPT_ID)
+                if isinstance(prompt_id, str):
+                    # An untracked prompt span ended: the one whose record was lost.
+                    self._lost_open.pop(bounded_id(prompt_id), None)
         if evaluation is not None:
             transition, batch_evaluation = evaluation
             if transition is not None:
@@ -665,14 +675,13 @@ class GuardSpanProcessor(SpanProcessor):
                 type(self._tracked.get(parent_id)) is _OpenBatch or parent_id in self._ended_batches
             ):
                 self._keep_call(attributes, parent_id, start_time, context, out)
-                if self._genai_open:
-                    self._genai.forget(span)  # below a batch span: section 3 reads it
+                genai = bool(self._genai_open)  # still a link of a watched trace
             else:
-                genai = True  # a GenAI-profile tool call, or an orphan
+                genai = True  # an inferred profile's tool call, or an orphan
         if out:
             self._flush(out)
         if genai:
-            self._genai_step(span, attributes, starting=False)
+            self._inferred_end(span, attributes)
 
     def _keep_call(
         self,
@@ -689,37 +698,10 @@ class GuardSpanProcessor(SpanProcessor):
                 out.append(("diagnostic", "late_span", prompt_id, context))
             return  # an orphan: not under a batch span, not an observation
         # Only what the reducer needs is kept, so the span itself can be freed (docs/contract.md
-        # section 4: bounded in bytes). Values of the wrong type or absurd length are missing.
-        get = attributes.get
-        call_id = get(_TOOL_CALL_ID)
-        if type(call_id) is not str or len(call_id) > MAX_CALL_ID_LENGTH:
-            call_id = ""
-        tool_name = get(_TOOL_NAME)
-        if type(tool_name) is not str or len(tool_name) > MAX_TOOL_NAME_LENGTH:
-            tool_name = None
-        tool_type = get(_TOOL_TYPE)
-        if tool_type not in _RESOLVED_TOOL_TYPES:
-            # Not resolved from the host's registry: never eligible (docs/contract.md section 3).
-            # The reducer sees no tool name, so the call is unknown and disables enforcement.
-            tool_name = None
-            if type(tool_type) is not str or len(tool_type) > _MAX_STATUS_LENGTH:
-                tool_type = None
-        status = get(_TOOL_STATUS)
-        if type(status) is not str or len(status) > _MAX_STATUS_LENGTH:
-            status = ""
-        execution = get(_TOOL_EXECUTION_STATUS)
-        if type(execution) is not str or len(execution) > _MAX_STATUS_LENGTH:
-            execution = None
-        error_type = get(_TOOL_EXECUTION_ERROR_TYPE)
-        if type(error_type) is not str or len(error_type) > _MAX_STATUS_LENGTH:
-            error_type = None  # longer than the reducer's pattern allows: unknown either way
-        size = (
-            _CALL_RECORD_BYTES
-            + len(call_id)
-            + (len(tool_name) if tool_name else 0)
-            + (len(error_type) if error_type else 0)
+        # section 4: bounded in bytes).
+        call_id, tool_name, tool_type, status, execution, error_type, duplicate, size = read_call(
+            attributes
         )
-        duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
         span_id = context[_SPAN_ID] if context is not None else 0
         calls = batch.calls
         if batch.overflow:
@@ -970,43 +952,63 @@ class GuardSpanProcessor(SpanProcessor):
         )
         return transition, evaluation
 
-    # -- the GenAI-conventions profile (section 3b) -------------------------------------------
+    # -- the inferred profiles (sections 3b and 3c) ------------------------------------------
 
-    def _genai_step(
-        self, span: ReadableSpan, attributes: Mapping[str, Any], starting: bool
-    ) -> None:
+    def _inferred_end(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         out: list[_Emission] = []
         evaluations: list[BatchEvaluation] = []
         with self._lock:
-            genai = self._genai
-            events = genai.start(span, attributes) if starting else genai.end(span, attributes)
+            if self._inert:
+                return
+            events = self._assembly.end(span, attributes)
+            collided: set[str] = set()
             for event in events:
-                self._apply_genai(event, out, evaluations)
+                self._apply_inferred(event, out, evaluations, collided)
         if out:
             self._flush(out)
         for evaluation in evaluations:
             self._notify(evaluation)
 
-    def _genai_shield(self, span: Span) -> None:
-        with self._lock:
-            # shield() reports only the end of a GenAI prompt that section 3 spans take over,
-            # which emits nothing.
-            for event in self._genai.shield(span):
-                self._discard(event.prompt_id)
-
-    def _apply_genai(
-        self, event: ProfileEvent, out: list[_Emission], evaluations: list[BatchEvaluation]
+    def _apply_inferred(
+        self,
+        event: ProfileEvent,
+        out: list[_Emission],
+        evaluations: list[BatchEvaluation],
+        collided: set[str],
     ) -> None:
-        """Apply one profile event, under the lock. A GenAI prompt's state starts as a rebuilt
-        one does (enforcement disabled): such a prompt is never enforced."""
+        """Apply one assembly event, under the lock. An inferred prompt's state starts as a
+        rebuilt one does (enforcement disabled): such a prompt is never enforced.
+
+        Its prompt ID may be one a section 3 prompt span has open (or had open, its record lost
+        to a bound), or whose section 3 state is kept: prompt spans of different profiles with
+        one ID are a collision. The ID's state then has enforcement disabled and loses a
+        pending stop, the inferred batches are decided on it, and it is not discarded when the
+        inferred prompt ends."""
         if type(event) is ProfileDiagnostic:
             out.append(("diagnostic", event.name, event.prompt_id, event.span_context))
         elif type(event) is PromptEnded:
-            self._discard(event.prompt_id)
+            if event.prompt_id not in collided:
+                self._discard(event.prompt_id)
         elif type(event) is PromptStarted:
             now = self._clock()
-            self._discard(event.prompt_id)  # a new prompt span: a fresh prompt
-            self._admit_prompt(event.prompt_id, _Prompt(True, now, rebuilt=True), now, out)
+            prompt_id = event.prompt_id
+            life = self._lives.get(prompt_id)
+            known = self._prompts.get(prompt_id)
+            if life is not None or prompt_id in self._lost_open or known is not None:
+                collided.add(prompt_id)
+                if known is None:
+                    guarded = (life.guarded if life is not None else True) and self._lost_open.get(
+                        prompt_id, True
+                    )
+                    known = _Prompt(guarded, now, rebuilt=True)
+                    self._admit_prompt(prompt_id, known, now, out)
+                known.state = known.state._replace(enforcement_disabled=True)
+                if known.pending is not None and known.pending.kind == "stop":
+                    known.pending = None
+                reported = prompt_id if known.guarded else None
+                out.append(("diagnostic", "prompt_collision", reported, None))
+                return
+            self._admit_prompt(prompt_id, _Prompt(True, now, rebuilt=True), now, out)
         elif type(event) is BatchSettled:
             now = self._clock()
             prompt = self._prompts.get(event.prompt_id)
@@ -1027,7 +1029,14 @@ class GuardSpanProcessor(SpanProcessor):
             # and the prompt is never enforced.
             guard_input: GuardInput = GuardInput(self._mode, event.batch, False, False, True)
             result = self._decide(
-                event.prompt_id, prompt, guard_input, event.span, context, tally, out, "genai"
+                event.prompt_id,
+                prompt,
+                guard_input,
+                event.span,
+                context,
+                tally,
+                out,
+                event.profile,
             )
             if result is not None:
                 transition, evaluation = result

@@ -89,6 +89,7 @@ Diagnostic = Literal[
     "telemetry_error",
     "contract_violation",
     "prompt_collision",
+    "long_prompt_id",
 ]
 
 DECISION_VALUES: Final[tuple[DecisionValue, ...]] = get_args(DecisionValue)

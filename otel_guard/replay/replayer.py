@@ -236,7 +236,7 @@ class GuardReport:
         self.samples = {name: _Sample() for name in SAMPLES}
         self.sweep: list[dict[str, Any]] | None = None
         # Prompts by how the guard read them: batch spans (acp) or the GenAI conventions (genai).
-        self.profiles: dict[Profile, int] = {"acp": 0, "genai": 0}
+        self.profiles: dict[Profile, int] = {"acp": 0, "genai": 0, "openinference": 0}
         # What the GenAI profile saw, for saying why a file gave no readable prompt.
         self.genai_seen: dict[str, int] = dict.fromkeys(GENAI_SEEN, 0)
         self._prompts: OrderedDict[str, _PromptAudit] = OrderedDict()
@@ -407,14 +407,15 @@ class GuardReport:
             self.violations["cancelled_counted"] += 1
         if ineligible:
             self.violations["ineligible_counted"] += 1
-        admitted = (evaluation.span.attributes or {}).get(attr.BATCH_ADMITTED)
         call_ids = {o.call_id for o in calls}
-        if (
-            not evaluation.batch.complete
-            or type(admitted) is not int
-            or admitted != len(call_ids)
-            or "" in call_ids
-        ):
+        incomplete = not evaluation.batch.complete or "" in call_ids
+        if evaluation.profile == "acp":
+            # A batch span proves completeness by its admitted count.
+            admitted = (evaluation.span.attributes or {}).get(attr.BATCH_ADMITTED)
+            incomplete = incomplete or type(admitted) is not int or admitted != len(call_ids)
+        # An inferred batch (sections 3b, 3c) has no admitted count: it is complete when every
+        # call of its window had ended when it settled, each with its own ID.
+        if incomplete:
             self.violations["incomplete_batch_decision"] += 1
 
     def audit_log_record(self, record: ReadableLogRecord) -> None:

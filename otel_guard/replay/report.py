@@ -214,7 +214,7 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["invariants"] = invariants
     merged["diagnostics"] = dict(sorted(diagnostics.items()))
     merged["bounds"] = bounds
-    merged["profiles"] = {"acp": 0, "genai": 0}
+    merged["profiles"] = {"acp": 0, "genai": 0, "openinference": 0}
     merged["genai_seen"] = dict.fromkeys(GENAI_SEEN, 0)
     for document in documents:
         _add(merged["profiles"], document.get("profiles", {}))

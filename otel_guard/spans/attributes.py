@@ -1,4 +1,4 @@
-"""Names of the span attributes the guard reads (docs/contract.md section 3).
+"""Names of the span attributes the guard reads (docs/contract.md sections 3, 3b and 3c).
 
 No other module knows them.
 """
@@ -22,13 +22,20 @@ __all__ = [
     "INPUT_RELIABLE",
     "INVOKE_AGENT",
     "MCP_PREFIX",
+    "MERGED_TOOLS",
     "MODEL_OPERATIONS",
+    "OPENINFERENCE_SPAN_KIND",
+    "OPENINFERENCE_TOOL_CALL_ID",
+    "OPENINFERENCE_TOOL_ID",
+    "OPENINFERENCE_TOOL_NAME",
     "OPERATION_NAME",
+    "PLACEHOLDER_CALL_IDS",
     "PROMPT_CHANNEL",
     "PROMPT_ID",
     "PROMPT_ROUTE",
     "PROMPT_ROUTES",
     "ROUTE_INTERACTIVE",
+    "SESSION_ID",
     "TOOL_CALL_ID",
     "TOOL_EXECUTION_ERROR_TYPE",
     "TOOL_EXECUTION_STATUS",
@@ -81,3 +88,15 @@ MODEL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_conten
 USAGE_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_INPUT_TOKENS  # "gen_ai.usage.input_tokens"
 USAGE_OUTPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS  # "gen_ai.usage.output_tokens"
 CONVERSATION_ID: Final = _gen_ai.GEN_AI_CONVERSATION_ID  # "gen_ai.conversation.id"
+
+# The OpenInference conventions (docs/contract.md section 3c).
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+OPENINFERENCE_TOOL_NAME: Final = "tool.name"
+OPENINFERENCE_TOOL_CALL_ID: Final = "tool_call.id"
+OPENINFERENCE_TOOL_ID: Final = "tool.id"
+SESSION_ID: Final = "session.id"
+
+# Values some instrumentations write where a call ID is unknown: missing IDs, not shared ones.
+PLACEHOLDER_CALL_IDS: Final = frozenset({"", "<not specified>"})
+# Google ADK's span around the parallel calls of one turn: not a call of its own.
+MERGED_TOOLS: Final = "(merged tools)"

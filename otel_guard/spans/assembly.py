@@ -1,0 +1,398 @@
+"""Batch assembly for the inferred profiles: prompts, model calls and tool calls of ended spans.
+
+The processor hands every ended span of a *watched* trace here, and any ended span a profile
+may claim (:attr:`InferredAssembly.claim_keys`). Each profile (:data:`PROFILES`, in order: the
+first claim wins) says what the span is; the assembly keeps, per trace, the little that lineage
+and batching need, and when a prompt is settled emits :data:`~otel_guard.spans.events.ProfileEvent`
+values: the prompt started, each inferred batch settled, the prompt ended.
+
+**Ended spans only.** Nothing is decided from a span's attributes at start, so a live process
+(whose frameworks set ``gen_ai.*`` right after starting a span) and a replay (whose spans carry
+their final attributes from the start) see the same claims in the same order, and decide the
+same.
+
+**Lineage.** A trace becomes watched when the first span of it is claimed (or an ``acp.*`` prompt
+span with a parent ends in it). From then on every span of the trace that ends leaves its link
+(span ID -> parent span ID) behind, so a tool or model-call span is joined to its prompt through
+intermediates that ended before or after it ("cycle", "Step N", a "tools" chain, a model call
+that parents its tools). Children end before their ancestors, so the links a call needs are all
+there once its prompt has ended.
+
+**The outermost prompt.** A prompt span nested in another (OpenLLMetry's ``invoke_agent
+LangGraph`` around ``LangGraph.workflow``) is part of the outer one. When a prompt span ends,
+its ancestors are still open, so it waits for them: it is settled when the trace's local root
+ends (or at once when it is that root), unless an ancestor ends that is itself a prompt, which
+takes it in. Decisions of an inferred prompt therefore come out when its outermost prompt span
+(or, below a root that is not a prompt, that root) ends; its prompt is never enforced, so the
+host loses no action by waiting, and the decisions depend on span times only, never on when
+they were computed.
+
+**Inferred batches**, from span times: the tool calls whose start lies between one model call's
+start and the next one's (or before the first). A batch settles at the next model call's start
+or at the prompt span's end; a tool call that had not ended by then is late (a ``late_span``
+diagnostic, and the batch is incomplete). Calls are in start order; a call ID seen twice in one
+batch is a ``duplicate_span`` for the later call; more than ``max_calls_per_batch`` calls make
+the batch incomplete (``batch_overflow``). A window without tool calls is not a batch.
+
+**Section 3 spans.** An ``acp.*`` prompt span below an inferred prompt shields its subtree (its
+spans are section 3's). When it is a direct child of the prompt span, the host describes that
+very prompt with section 3 spans: the inferred prompt is not evaluated at all, so no call is
+counted twice.
+
+**Bounded.** Watched traces are capped in number (``max_traces``, oldest first, an ``evicted``
+diagnostic) and in bytes of kept data together (``max_bytes``, counted generously per link, call
+and prompt; over it the oldest trace is dropped with a ``batch_overflow`` diagnostic). A dropped
+trace, and one whose local root ended, is remembered (bounded) so that its later spans are not
+read as a partial trace: a prompt never decides on part of its calls. (A trace with several
+local roots, under remote parents, is therefore read up to the end of its first one.)
+
+Not thread-safe: the processor calls it under its own lock.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Mapping, Sized
+from typing import Any, Final
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext
+
+from otel_guard.reducer import Batch, Observation
+from otel_guard.spans import attributes as attr
+from otel_guard.spans.events import (
+    BatchSettled,
+    Claim,
+    Coverage,
+    InferredProfile,
+    ProfileDiagnostic,
+    ProfileEvent,
+    ProfileName,
+    PromptEnded,
+    PromptStarted,
+    ToolCall,
+    bounded_id,
+)
+from otel_guard.spans.genai import PROFILE as GENAI
+from otel_guard.spans.openinference import PROFILE as OPENINFERENCE
+
+__all__ = ["CLAIM_KEYS", "PROFILES", "InferredAssembly"]
+
+PROFILES: Final[tuple[InferredProfile, ...]] = (GENAI, OPENINFERENCE)
+"""The inferred profiles, in the order they are asked: a new convention is one more module here."""
+CLAIM_KEYS: Final[tuple[str, ...]] = tuple(
+    dict.fromkeys(key for profile in PROFILES for key in profile.claim_keys)
+)
+"""A span ending with none of these keys (and in no watched trace) is no profile's."""
+
+# What each kept item is counted as (deliberately above its CPython size).
+_LINK_BYTES: Final = 160
+_CALL_BYTES: Final = 480
+_SPAN_BYTES: Final = 480
+# Dropped traces remembered, so their later spans are not read as a whole trace.
+_MAX_DROPPED_TRACES: Final = 4096
+
+
+class _Stand:
+    """What is kept of a model-call or prompt span that may settle a batch: enough to stand for
+    it in records and listener calls, none of its attributes."""
+
+    __slots__ = ("context", "end", "name", "parent", "resource", "start")
+
+    def __init__(self, span: ReadableSpan) -> None:
+        self.name = span.name
+        self.context = span.context
+        self.parent = span.parent
+        self.resource = span.resource
+        self.start = span.start_time or 0
+        self.end = span.end_time or self.start
+
+    def readable(self) -> ReadableSpan:
+        return ReadableSpan(
+            name=self.name,
+            context=self.context,
+            parent=self.parent,
+            resource=self.resource,
+            start_time=self.start,
+            end_time=self.end,
+        )
+
+
+class _PromptSpan:
+    __slots__ = ("profile", "prompt_id", "stand")
+
+    def __init__(self, prompt_id: str, profile: ProfileName, stand: _Stand) -> None:
+        self.prompt_id = prompt_id
+        self.profile = profile
+        self.stand = stand
+
+
+# (start, arrival, span ID, end, call, context)
+_CallRecord = tuple[int, int, int, int, ToolCall, SpanContext]
+# (start, arrival, span ID, stand)
+_ModelRecord = tuple[int, int, int, _Stand]
+
+
+class _Trace:
+    __slots__ = ("bytes", "calls", "links", "models", "pending", "prompts", "shields")
+
+    def __init__(self) -> None:
+        self.links: dict[int, int | None] = {}  # ended span -> its parent in this process
+        self.calls: list[_CallRecord] = []
+        self.models: list[_ModelRecord] = []
+        self.prompts: dict[int, _PromptSpan] = {}  # ended prompt spans not settled yet
+        # Nearest open ancestor -> the ended prompt spans waiting for it to end.
+        self.pending: dict[int, list[int]] = {}
+        self.shields: set[int] = set()  # ended acp prompt spans
+        self.bytes = 0
+
+
+class InferredAssembly:
+    """Inferred prompts and batches from the ended spans of the profiles in :data:`PROFILES`."""
+
+    def __init__(self, *, max_traces: int, max_bytes: int, max_calls_per_batch: int) -> None:
+        self.traces: OrderedDict[int, _Trace] = OrderedDict()
+        self._max_traces = max_traces
+        self._max_bytes = max_bytes
+        self._max_calls = max_calls_per_batch
+        self._bytes = 0
+        self._dropped: OrderedDict[int, None] = OrderedDict()
+        self._arrivals = 0
+        self._prompts = 0
+        self._model_calls = 0
+        self._tool_calls = 0
+        self._orphans = 0
+        self.claim_keys = CLAIM_KEYS
+
+    @property
+    def watched(self) -> Sized:
+        """The watched traces: while not empty, every ending span may leave a link."""
+        return self.traces
+
+    def coverage(self) -> Coverage:
+        return Coverage(self._prompts, self._model_calls, self._tool_calls, self._orphans)
+
+    def clear(self) -> None:
+        self.traces.clear()
+        self._dropped.clear()
+        self._bytes = 0
+
+    def end(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> list[ProfileEvent]:
+        """One ended span: claimed, a link of a watched trace, or nothing."""
+        events: list[ProfileEvent] = []
+        context = span.context
+        if context is None:
+            return events
+        parent = span.parent
+        parent_id = None if parent is None or parent.is_remote else parent.span_id
+        trace_id = context.trace_id
+        span_id = context.span_id
+        traces = self.traces
+        trace = traces.get(trace_id)
+        claim: Claim | None = None
+        shield = False
+        if attr.PROMPT_ID in attributes:
+            shield = attributes.get(attr.OPERATION_NAME) == attr.INVOKE_AGENT
+            if trace is None and (not shield or parent_id is None):
+                return events  # a section 3 span outside any watched trace
+        else:
+            for profile in PROFILES:
+                claim = profile.read(span, attributes, parent_id is None)
+                if claim is not None:
+                    break
+        if trace is None:
+            if claim is None and not shield:
+                return events
+            if trace_id in self._dropped:
+                # Part of a trace given up, or ended after its root: never read as a whole.
+                if claim is not None and claim.kind == "tool_call":
+                    self._orphans += 1
+                return events
+            trace = traces[trace_id] = _Trace()
+            if len(traces) > self._max_traces:
+                self._drop_oldest("evicted", events)
+        elif claim is not None:
+            traces.move_to_end(trace_id)
+        trace.links[span_id] = parent_id
+        size = _LINK_BYTES
+        if shield:
+            trace.shields.add(span_id)
+        elif claim is not None:
+            size += self._keep(trace, claim, span, span_id, parent_id, context, events)
+        trace.bytes += size
+        self._bytes += size
+        waiting = trace.pending.pop(span_id, None)
+        if waiting is not None:
+            if claim is not None and claim.kind == "prompt":
+                for nested in waiting:
+                    trace.prompts.pop(nested, None)  # part of this, the outer prompt
+            elif parent_id is not None:
+                trace.pending.setdefault(parent_id, []).extend(waiting)
+            else:
+                for prompt_span_id in waiting:
+                    self._settle(trace, prompt_span_id, events)
+        if parent_id is None:
+            self._finish(trace_id, trace, events)
+        elif self._bytes > self._max_bytes:
+            while self._bytes > self._max_bytes and traces:
+                self._drop_oldest("batch_overflow", events)
+        return events
+
+    def _keep(
+        self,
+        trace: _Trace,
+        claim: Claim,
+        span: ReadableSpan,
+        span_id: int,
+        parent_id: int | None,
+        context: SpanContext,
+        events: list[ProfileEvent],
+    ) -> int:
+        self._arrivals += 1
+        start = span.start_time or 0
+        if claim.kind == "tool_call":
+            assert claim.call is not None
+            end = span.end_time or start
+            trace.calls.append((start, self._arrivals, span_id, end, claim.call, context))
+            return _CALL_BYTES + len(claim.call.call_id or "") + len(claim.call.tool_name or "")
+        stand = _Stand(span)
+        if claim.kind == "model_call":
+            trace.models.append((start, self._arrivals, span_id, stand))
+            return _SPAN_BYTES + len(stand.name)
+        prompt_id = bounded_id(claim.prompt_id or f"{span_id:016x}")
+        trace.prompts[span_id] = _PromptSpan(prompt_id, claim.profile, stand)
+        if parent_id is None:
+            self._settle(trace, span_id, events)
+        else:
+            trace.pending.setdefault(parent_id, []).append(span_id)
+        return _SPAN_BYTES + len(stand.name) + len(prompt_id)
+
+    def _finish(self, trace_id: int, trace: _Trace, events: list[ProfileEvent]) -> None:
+        """The trace's local root ended: waiting prompts are outermost; what is left is orphaned."""
+        for waiting in list(trace.pending.values()):
+            for prompt_span_id in waiting:
+                self._settle(trace, prompt_span_id, events)
+        trace.pending.clear()
+        self._orphans += len(trace.calls)
+        # Spans of it that end later (after their root) are orphans: never a new partial trace.
+        self._forget(trace_id, trace, remember=True)
+
+    def _drop_oldest(self, diagnostic: Any, events: list[ProfileEvent]) -> None:
+        trace_id, trace = next(iter(self.traces.items()))
+        prompt_id = next((p.prompt_id for p in trace.prompts.values()), None)
+        events.append(ProfileDiagnostic(diagnostic, prompt_id, None))
+        self._forget(trace_id, trace, remember=True)
+
+    def _forget(self, trace_id: int, trace: _Trace, *, remember: bool) -> None:
+        del self.traces[trace_id]
+        self._bytes -= trace.bytes
+        if remember:
+            dropped = self._dropped
+            dropped[trace_id] = None
+            if len(dropped) > _MAX_DROPPED_TRACES:
+                dropped.popitem(last=False)
+
+    # -- settling a prompt ------------------------------------------------------------------
+
+    def _settle(self, trace: _Trace, prompt_span_id: int, events: list[ProfileEvent]) -> None:
+        prompt = trace.prompts.pop(prompt_span_id, None)
+        if prompt is None:
+            return  # taken in by an outer prompt
+        links = trace.links
+        shields = trace.shields
+        memo: dict[int, bool] = {prompt_span_id: True}
+
+        def below(span_id: int) -> bool:
+            path: list[int] = []
+            current: int | None = span_id
+            found = False
+            while current is not None:
+                known = memo.get(current)
+                if known is not None:
+                    found = known
+                    break
+                if current in shields or len(path) > len(links):
+                    break  # a section 3 subtree, or a malformed parent cycle
+                path.append(current)
+                current = links.get(current)
+            for step in path:
+                memo[step] = found
+            return found
+
+        handed_over = any(links.get(shield) == prompt_span_id for shield in shields)
+        calls = [call for call in trace.calls if below(call[2])]
+        models = [model for model in trace.models if below(model[2])]
+        if calls:
+            mine = {call[2] for call in calls}
+            trace.calls = [call for call in trace.calls if call[2] not in mine]
+        if models:
+            taken = {model[2] for model in models}
+            trace.models = [model for model in trace.models if model[2] not in taken]
+        released = len(calls) * _CALL_BYTES + len(models) * _SPAN_BYTES
+        trace.bytes -= released
+        self._bytes -= released
+        if handed_over:
+            return  # section 3 spans describe this prompt
+        self._prompts += 1
+        self._model_calls += len(models)
+        self._tool_calls += len(calls)
+        prompt_id = prompt.prompt_id
+        events.append(PromptStarted(prompt_id, prompt.profile))
+        self._batches(prompt, calls, models, events)
+        events.append(PromptEnded(prompt_id))
+
+    def _batches(
+        self,
+        prompt: _PromptSpan,
+        calls: list[_CallRecord],
+        models: list[_ModelRecord],
+        events: list[ProfileEvent],
+    ) -> None:
+        calls.sort(key=lambda call: (call[0], call[1]))
+        models.sort(key=lambda model: (model[0], model[1]))
+        starts = [model[0] for model in models]
+        windows: dict[int, list[_CallRecord]] = {}
+        for call in calls:
+            windows.setdefault(bisect_right(starts, call[0]), []).append(call)
+        prompt_id = prompt.prompt_id
+        for index in sorted(windows):
+            settler = models[index][3] if index < len(models) else prompt.stand
+            settled_at = settler.start if index < len(models) else prompt.stand.end
+            complete = True
+            seen: set[str] = set()
+            observations: list[Observation] = []
+            for _, _, span_id, end, tool, context in windows[index]:
+                if end > settled_at:
+                    complete = False  # still running when its batch settled
+                    events.append(ProfileDiagnostic("late_span", prompt_id, context))
+                    continue
+                if len(observations) >= self._max_calls:
+                    if complete:
+                        events.append(ProfileDiagnostic("batch_overflow", prompt_id, context))
+                    complete = False
+                    break
+                call_id = tool.call_id or f"{span_id:016x}"
+                if call_id in seen:
+                    events.append(ProfileDiagnostic("duplicate_span", prompt_id, context))
+                    continue
+                seen.add(call_id)
+                status = "error" if tool.failed else "success"
+                observations.append(
+                    Observation(
+                        call_id=call_id,
+                        policy_tool_name=tool.tool_name,
+                        tool_type=tool.tool_type,
+                        terminal_status=status,
+                        execution_status=status,
+                        execution_error_type=tool.error_type,
+                    )
+                )
+            events.append(
+                BatchSettled(
+                    prompt_id,
+                    Batch(complete, tuple(observations)),
+                    settler.readable(),
+                    prompt.profile,
+                )
+            )
