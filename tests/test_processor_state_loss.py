@@ -25,10 +25,9 @@ import hypothesis.strategies as st
 from harness import FAIL, OK, Call, Harness
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, set_span_in_context
 
 from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT, OBSERVATIONS_METRIC, TRANSITION_EVENT
-from otel_guard.reducer import GuardState
 
 EXAMPLES = int(os.environ.get("OTEL_GUARD_STATEFUL_EXAMPLES", "1000"))
 PROMPT_IDS = ("a", "b", "c", "d", "e")
@@ -104,9 +103,11 @@ class GuardUnderStateLoss(RuleBasedStateMachine):
         self.harness = Harness(
             mode="enforce",
             max_prompts=self.max_prompts,
+            max_calls_per_batch=4,  # every batch here has 4 calls at most; a small span table
             prompt_ttl_seconds=TTL,
             clock=lambda: self.now,
         )
+        self.junk = 0
         self.instances: dict[str, Instance] = {}
         self.hosts: list[Host] = []  # hosts with an open prompt span
         self.bare: dict[str, Host] = {}  # hosts without one, one per prompt ID
@@ -251,6 +252,56 @@ class GuardUnderStateLoss(RuleBasedStateMachine):
             if reminded:
                 instance.reminded_host = host.number
                 instance.reminded_key = KEY_OF.get(kind)
+
+    @rule(prompt_id=st.sampled_from(PROMPT_IDS), turns=st.integers(min_value=1, max_value=4))
+    def genai_prompt(self, prompt_id: str, turns: int) -> None:
+        """A whole GenAI-conventions prompt with this ID as its conversation ID, in a trace of
+        its own: another profile with the same prompt ID, a collision if the ID has any state."""
+        tracer = self.harness.tracer
+        prompt = tracer.start_span(
+            "invoke_agent",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.conversation.id": prompt_id,
+            },
+        )
+        context = set_span_in_context(prompt)
+        for turn in range(turns + 1):
+            tracer.start_span(
+                "chat", context=context, attributes={"gen_ai.operation.name": "chat"}
+            ).end()
+            if turn == turns:
+                break
+            for c in range(4):
+                tool = tracer.start_span(
+                    "execute_tool",
+                    context=context,
+                    attributes={
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.name": "run_shell",
+                        "gen_ai.tool.call.id": f"g{turn}-{c}",
+                        "error.type": "exit_nonzero",
+                    },
+                )
+                tool.end()
+        instance = self.instances.get(prompt_id)
+        if instance is not None:
+            instance.no_stop = instance.no_stop or "a prompt of another profile"
+            self.collisions += 1
+        prompt.end()
+        self._read_new_logs()
+
+    @rule()
+    def push_out_open_spans(self) -> None:
+        """Never-ending batch spans of other prompts push every open prompt span out of the
+        bounded span table; a later prompt span with one of their IDs must collide."""
+        guard: Any = self.harness.guard
+        for _ in range(guard._max_tracked):
+            self.junk += 1
+            self.harness.tracer.start_span(
+                "tool_batch", attributes={"acp.prompt.id": f"junk-{self.junk}"}
+            )
+        self._read_new_logs()
 
     @rule(seconds=st.sampled_from([1.0, 30.0, TTL + 1]))
     def advance_time(self, seconds: float) -> None:
@@ -680,3 +731,19 @@ def test_a_batch_that_ended_gives_back_exactly_its_bytes() -> None:
     h.batch("p", [Call(call_id="b0"), Call(call_id="b10")])  # 423 + 424: one byte over
     assert [e.batch.complete for e in seen] == [True, False]
     assert h.guard.diagnostics() == {"batch_overflow": 1}
+
+
+def test_an_opted_out_prompt_span_lost_to_the_span_table_stays_off_once_its_drop_is_forgotten() -> (
+    None
+):
+    evaluations: list[Any] = []
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1, listener=evaluations.append)
+    h.start_prompt("a", route="cron")  # stays open
+    h.batch("b", [FAIL])  # evicts the state of "a"
+    for i in range(5):
+        open_batch(h, f"x{i}")  # pushes the prompt span of "a" out of the span table
+    for i in range(6):
+        h.batch(f"y{i}", [FAIL])  # each evicts the previous: the dropped table forgets "a"
+    h.batch("a", [FAIL])
+    assert [e.prompt_id for e in evaluations if e.prompt_id == "a"] == []
+    assert all(dict(r.log_record.attributes or {}).get("prompt_id") != "a" for r in h.logs())

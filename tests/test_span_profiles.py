@@ -494,3 +494,20 @@ def test_attributes_set_after_start_on_a_hand_written_agent() -> None:
             tool.end()
     prompt.end()
     assert f.kinds() == LOOP
+
+
+def test_a_trace_rooted_in_a_section_3_prompt_span_is_never_watched() -> None:
+    f = Framework(late=False)
+    h = f.harness
+    prompt = h.start_prompt("p")
+    for _ in range(3):
+        f.start("chat", prompt, {"gen_ai.operation.name": "chat"}).end()
+        assert len(h.guard.genai_lineage) == 0  # plain spans of a section 3 host cost nothing
+        h.failing_batches("p", 1, parent=prompt)
+    inner = f.start("invoke_agent", prompt, {"gen_ai.operation.name": "invoke_agent"})
+    f.start("chat", inner, {"gen_ai.operation.name": "chat"}).end()
+    _genai_tool(f, inner)
+    inner.end()  # below a section 3 prompt: section 3's, never an inferred prompt
+    prompt.end()
+    assert {e.profile for e in f.evaluations} == {"acp"}
+    assert len(h.guard.genai_lineage) == 0

@@ -363,7 +363,8 @@ class GuardSpanProcessor(SpanProcessor):
         )
         # Prompt IDs whose open prompt span left the span table to its bound -> guarded: a
         # later prompt span with the ID is a collision, never a fresh enforcing prompt.
-        self._lost_open: OrderedDict[str, bool] = OrderedDict()
+        # The value: (lost spans still open as far as the guard knows, guarded).
+        self._lost_open: OrderedDict[str, tuple[int, bool]] = OrderedDict()
         self._assembly = InferredAssembly(
             max_traces=self._max_tracked,
             max_bytes=max_call_bytes,
@@ -471,14 +472,13 @@ class GuardSpanProcessor(SpanProcessor):
             if _PROMPT_ID not in attributes:
                 # Neither a prompt nor a batch span: the common case ends here. The table of
                 # watched traces is empty while the processor is inert.
-                if self._genai_open:
-                    self._inferred_end(span, attributes)
-                    return
                 for key in self._claim_keys:
                     if key in attributes:
                         if not self._inert:
                             self._inferred_end(span, attributes)
                         return
+                if self._genai_open:
+                    self._inferred_link(span)
                 return
             if self._inert:
                 return
@@ -534,8 +534,9 @@ class GuardSpanProcessor(SpanProcessor):
         with self._lock:
             now = self._clock()
             life = self._lives.get(prompt_id)
-            lost = self._lost_open.get(prompt_id) if life is None else None
-            if lost is not None:
+            lost_entry = self._lost_open.get(prompt_id) if life is None else None
+            if lost_entry is not None:
+                lost = lost_entry[1]
                 # A prompt span with this ID may still be open, its record lost to the span
                 # table's bound: this one collides with it (docs/contract.md section 4).
                 life = self._lives[prompt_id] = _Life(lost)
@@ -552,6 +553,9 @@ class GuardSpanProcessor(SpanProcessor):
             else:
                 self._collide(prompt_id, life, guarded, span.context, out)
             self._track(span.context[_SPAN_ID], _PromptSpan(prompt_id), out)
+            parent = span.parent
+            if parent is None or parent.is_remote:
+                self._assembly.section_3_root(span.context.trace_id, True)
         self._flush(out)
 
     def _collide(
@@ -606,7 +610,8 @@ class GuardSpanProcessor(SpanProcessor):
         if life is None:
             return
         lost = self._lost_open
-        lost[prompt_id] = lost.get(prompt_id, True) and life.guarded
+        count, guarded = lost.get(prompt_id, (0, True))
+        lost[prompt_id] = (count + 1, guarded and life.guarded)
         lost.move_to_end(prompt_id)
         if len(lost) > self._max_dropped:
             lost.popitem(last=False)
@@ -640,11 +645,20 @@ class GuardSpanProcessor(SpanProcessor):
                 evaluation = self._end_batch(span, context, ref, out)
             elif type(ref) is _PromptSpan:
                 self._end_prompt_span(ref.prompt_id)
+                parent = span.parent
+                if parent is None or parent.is_remote:
+                    self._assembly.section_3_root(context.trace_id, False)
             elif self._lost_open and attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
                 prompt_id = attributes.get(_PROMPT_ID)
                 if isinstance(prompt_id, str):
-                    # An untracked prompt span ended: the one whose record was lost.
-                    self._lost_open.pop(bounded_id(prompt_id), None)
+                    # An untracked prompt span ended: one whose record was lost.
+                    key = bounded_id(prompt_id)
+                    entry = self._lost_open.get(key)
+                    if entry is not None:
+                        if entry[0] > 1:
+                            self._lost_open[key] = (entry[0] - 1, entry[1])
+                        else:
+                            del self._lost_open[key]
         if evaluation is not None:
             transition, batch_evaluation = evaluation
             if transition is not None:
@@ -800,8 +814,12 @@ class GuardSpanProcessor(SpanProcessor):
             # Its prompt span is open, so its state was dropped (eviction or the TTL).
             prompt = _Prompt(life.guarded, now, rebuilt=True)
         else:
-            # Never seen, or forgotten: guarded as new. Else dropped: rebuilt.
+            # Never seen, or forgotten: guarded as new. Else dropped: rebuilt. A prompt span
+            # whose record was lost may still be open: rebuilt, keeping its opt-out.
             guarded = self._dropped.pop(prompt_id, None)
+            lost = self._lost_open.get(prompt_id)
+            if lost is not None:
+                guarded = lost[1] and guarded is not False
             prompt = _Prompt(True, now) if guarded is None else _Prompt(guarded, now, rebuilt=True)
         self._admit_prompt(prompt_id, prompt, now, out)
         return prompt
@@ -969,6 +987,32 @@ class GuardSpanProcessor(SpanProcessor):
         for evaluation in evaluations:
             self._notify(evaluation)
 
+    def _inferred_link(self, span: ReadableSpan) -> None:
+        """A plain span ended while traces are watched: it may be a link of one of them."""
+        try:
+            context = _sdk.context(span)
+            parent = _sdk.parent(span)
+        except AttributeError:
+            context = span.context
+            parent = span.parent
+        if context is None:
+            return
+        with self._lock:
+            if self._inert:
+                return
+            events = self._assembly.link(context[0], context[_SPAN_ID], parent)
+            if not events:
+                return
+            out: list[_Emission] = []
+            evaluations: list[BatchEvaluation] = []
+            collided: set[str] = set()
+            for event in events:
+                self._apply_inferred(event, out, evaluations, collided)
+        if out:
+            self._flush(out)
+        for evaluation in evaluations:
+            self._notify(evaluation)
+
     def _apply_inferred(
         self,
         event: ProfileEvent,
@@ -994,11 +1038,16 @@ class GuardSpanProcessor(SpanProcessor):
             prompt_id = event.prompt_id
             life = self._lives.get(prompt_id)
             known = self._prompts.get(prompt_id)
-            if life is not None or prompt_id in self._lost_open or known is not None:
+            lost = self._lost_open.get(prompt_id)
+            dropped = self._dropped.get(prompt_id)
+            if life is not None or lost is not None or known is not None or dropped is not None:
                 collided.add(prompt_id)
                 if known is None:
-                    guarded = (life.guarded if life is not None else True) and self._lost_open.get(
-                        prompt_id, True
+                    # Every fact kept of the ID's section 3 spans: an opt-out stays.
+                    guarded = (
+                        (life is None or life.guarded)
+                        and (lost is None or lost[1])
+                        and dropped is not False
                     )
                     known = _Prompt(guarded, now, rebuilt=True)
                     self._admit_prompt(prompt_id, known, now, out)

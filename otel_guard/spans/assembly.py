@@ -35,7 +35,9 @@ batch is a ``duplicate_span`` for the later call; more than ``max_calls_per_batc
 the batch incomplete (``batch_overflow``). A window without tool calls is not a batch.
 
 **Section 3 spans.** An ``acp.*`` prompt span below an inferred prompt shields its subtree (its
-spans are section 3's). When it is a direct child of the prompt span, the host describes that
+spans are section 3's); a trace whose local root is an ``acp.*`` prompt span is not watched at
+all while that span is open, so section 3 hosts pay nothing for the inferred profiles. When it
+is a direct child of the prompt span, the host describes that
 very prompt with section 3 spans: the inferred prompt is not evaluated at all, so no call is
 counted twice.
 
@@ -90,6 +92,7 @@ CLAIM_KEYS: Final[tuple[str, ...]] = tuple(
 _LINK_BYTES: Final = 160
 _CALL_BYTES: Final = 480
 _SPAN_BYTES: Final = 480
+_NO_EVENTS: Final[list[ProfileEvent]] = []  # never appended to
 # Dropped traces remembered, so their later spans are not read as a whole trace.
 _MAX_DROPPED_TRACES: Final = 4096
 
@@ -158,12 +161,24 @@ class InferredAssembly:
         self._max_calls = max_calls_per_batch
         self._bytes = 0
         self._dropped: OrderedDict[int, None] = OrderedDict()
+        self._section_3_roots: OrderedDict[int, None] = OrderedDict()
         self._arrivals = 0
         self._prompts = 0
         self._model_calls = 0
         self._tool_calls = 0
         self._orphans = 0
         self.claim_keys = CLAIM_KEYS
+
+    def section_3_root(self, trace_id: int, open_now: bool) -> None:
+        """A section 3 prompt span that is its trace's local root started (``open_now``) or
+        ended. Below it every span is section 3's, so its trace is never watched meanwhile."""
+        roots = self._section_3_roots
+        if open_now:
+            roots[trace_id] = None
+            if len(roots) > self._max_traces:
+                roots.popitem(last=False)
+        else:
+            roots.pop(trace_id, None)
 
     @property
     def watched(self) -> Sized:
@@ -176,7 +191,29 @@ class InferredAssembly:
     def clear(self) -> None:
         self.traces.clear()
         self._dropped.clear()
+        self._section_3_roots.clear()
         self._bytes = 0
+
+    def link(self, trace_id: int, span_id: int, parent: SpanContext | None) -> list[ProfileEvent]:
+        """An ended span no profile claims, without ``acp.prompt.id``: only its link matters, and
+        only in a watched trace (the fast path of :meth:`end` for plain spans)."""
+        trace = self.traces.get(trace_id)
+        if trace is None:
+            return _NO_EVENTS
+        # A SpanContext is a tuple (trace ID, span ID, is remote, ...): indexing it is a plain
+        # read, while its properties are Python calls.
+        parent_id = None if parent is None or parent[2] else parent[1]
+        links = trace.links
+        if span_id not in links:  # a span ended twice is counted once
+            trace.bytes += _LINK_BYTES
+            self._bytes += _LINK_BYTES
+        links[span_id] = parent_id
+        within = self._bytes <= self._max_bytes
+        if within and parent_id is not None and span_id not in trace.pending:
+            return _NO_EVENTS
+        events: list[ProfileEvent] = []
+        self._after(trace_id, trace, span_id, parent_id, None, events)
+        return events
 
     def end(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> list[ProfileEvent]:
         """One ended span: claimed, a link of a watched trace, or nothing."""
@@ -204,6 +241,8 @@ class InferredAssembly:
         if trace is None:
             if claim is None and not shield:
                 return events
+            if trace_id in self._section_3_roots:
+                return events  # below a section 3 prompt span: never an inferred prompt's
             if trace_id in self._dropped:
                 # Part of a trace given up, or ended after its root: never read as a whole.
                 if claim is not None and claim.kind == "tool_call":
@@ -214,14 +253,28 @@ class InferredAssembly:
                 self._drop_oldest("evicted", events)
         elif claim is not None:
             traces.move_to_end(trace_id)
+        size = 0 if span_id in trace.links else _LINK_BYTES
         trace.links[span_id] = parent_id
-        size = _LINK_BYTES
         if shield:
             trace.shields.add(span_id)
         elif claim is not None:
             size += self._keep(trace, claim, span, span_id, parent_id, context, events)
         trace.bytes += size
         self._bytes += size
+        self._after(trace_id, trace, span_id, parent_id, claim, events)
+        return events
+
+    def _after(
+        self,
+        trace_id: int,
+        trace: _Trace,
+        span_id: int,
+        parent_id: int | None,
+        claim: Claim | None,
+        events: list[ProfileEvent],
+    ) -> None:
+        """Prompts waiting for this span to end move up, and a local root finishes its trace."""
+        traces = self.traces
         waiting = trace.pending.pop(span_id, None)
         if waiting is not None:
             if claim is not None and claim.kind == "prompt":
@@ -237,7 +290,6 @@ class InferredAssembly:
         elif self._bytes > self._max_bytes:
             while self._bytes > self._max_bytes and traces:
                 self._drop_oldest("batch_overflow", events)
-        return events
 
     def _keep(
         self,
