@@ -27,6 +27,7 @@ from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
 from otel_guard.guard.telemetry import DECISION_VALUES
 from otel_guard.reducer import BATCH_THRESHOLD, RESET_REASONS, THRESHOLD
+from otel_guard.spans.events import PROFILE_NAMES
 
 __all__ = [
     "BOUNDS",
@@ -242,7 +243,7 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["invariants"] = invariants
     merged["diagnostics"] = dict(sorted(diagnostics.items()))
     merged["bounds"] = bounds
-    merged["profiles"] = {"acp": 0, "genai": 0, "openinference": 0}
+    merged["profiles"] = dict.fromkeys(PROFILE_NAMES, 0)
     merged["genai_seen"] = dict.fromkeys(GENAI_SEEN, 0)
     for document in documents:
         _add(merged["profiles"], document.get("profiles", {}))
@@ -629,7 +630,8 @@ def render_text(document: Mapping[str, Any]) -> str:
     profiles = document.get("profiles", {})
     lines.append(
         f"  prompts read from batch spans (acp) {profiles.get('acp', 0)},"
-        f" from GenAI conventions (genai) {profiles.get('genai', 0)}"
+        f" from GenAI conventions (genai) {profiles.get('genai', 0)},"
+        f" from OpenInference (openinference) {profiles.get('openinference', 0)}"
     )
     skipped = document.get("skipped", {})
     if any(skipped.values()):

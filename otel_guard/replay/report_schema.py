@@ -32,6 +32,7 @@ from otel_guard.replay.report import (
     SAVED_KEYS,
     TIMELINE_LIMIT,
 )
+from otel_guard.spans.events import PROFILE_NAMES
 
 __all__ = ["COUNT_LIMIT", "MAX_REPORT_BYTES", "InvalidReport", "load_report", "validate_report"]
 
@@ -103,7 +104,7 @@ def validate_report(document: object) -> None:
     _tally(report, "")
     _counts(report.get("invariants", {}), "invariants", INVARIANTS)
     _counts(report.get("bounds", {}), "bounds", BOUNDS)
-    _counts(report.get("profiles", {}), "profiles", ("acp", "genai"))
+    _counts(report.get("profiles", {}), "profiles", PROFILE_NAMES)
     _counts(report.get("genai_seen", {}), "genai_seen", GENAI_SEEN)
     _counts(report.get("diagnostics", {}), "diagnostics", None)
     _counts(report.get("skipped", {}), "skipped", None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, get_args
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, StatusCode
@@ -26,6 +26,7 @@ from otel_guard.spans import attributes as attr
 
 __all__ = [
     "MAX_ID_LENGTH",
+    "PROFILE_NAMES",
     "BatchSettled",
     "Claim",
     "ClaimKind",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 ProfileName = Literal["acp", "genai", "openinference"]
+#: Every profile name, in the order reports list them.
+PROFILE_NAMES: Final[tuple[ProfileName, ...]] = get_args(ProfileName)
 ClaimKind = Literal["prompt", "model_call", "tool_call"]
 
 # Longer call IDs and tool names are treated as missing: no registry or provider writes them,
