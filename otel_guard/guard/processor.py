@@ -274,8 +274,13 @@ class GuardSpanProcessor(SpanProcessor):
     max_calls_per_batch`` spans); for a prompt with no open prompt span (batch spans only) they
     go to a table of dropped prompt IDs, bounded at ``4 * max_prompts`` entries, oldest
     forgotten first. A state rebuilt from either always has ``enforcement_disabled`` (at most a
-    reminder, never a stop) and stays off if the prompt had opted out. A new prompt span with
-    an ID nobody has open starts a fresh prompt and clears those facts.
+    reminder, never a stop) and stays off if the prompt had opted out. An open prompt span
+    pushed out of the span table leaves its ID in a table of lost IDs (same bound), counting the
+    ID's lost spans: a later prompt span with the ID collides, an opt-out learned later is
+    written there too (:meth:`_opt_out`), a state kept meanwhile never enforces again (the
+    span's end may go unseen), and the end of the last of them discards the state as a tracked
+    span's end does. A new prompt span with an ID nobody has open starts a fresh prompt and
+    clears those facts.
 
     **Collisions.** A prompt span that starts while another with the same prompt ID is open is
     a ``prompt_collision``: the ID's state keeps going but with enforcement disabled, a pending
@@ -581,9 +586,27 @@ class GuardSpanProcessor(SpanProcessor):
             prompt.state = prompt.state._replace(enforcement_disabled=True)
             if prompt.pending is not None and prompt.pending.kind == "stop":
                 prompt.pending = None  # which host would take it is unknown
+        if not life.guarded:
+            self._opt_out(prompt_id)
         # An opted-out prompt gets no telemetry that names it.
         reported = prompt_id if life.guarded else None
         out.append(("diagnostic", "prompt_collision", reported, context))
+
+    def _opt_out(self, prompt_id: str) -> None:
+        """Record an opt-out in every fact kept of the ID: its state, its tracked prompt spans,
+        those lost to the span table's bound (which may outlive the others: a lost span's
+        entry stays while the tracked spans of a collision end) and a dropped state."""
+        prompt = self._prompts.get(prompt_id)
+        if prompt is not None:
+            prompt.guarded = False
+        life = self._lives.get(prompt_id)
+        if life is not None:
+            life.guarded = False
+        lost = self._lost_open.get(prompt_id)
+        if lost is not None:
+            self._lost_open[prompt_id] = (lost[0], False)
+        if prompt_id in self._dropped:
+            self._dropped[prompt_id] = False
 
     def _start_batch(self, span: Span, prompt_id: str) -> None:
         tracked = self._tracked
@@ -621,14 +644,16 @@ class GuardSpanProcessor(SpanProcessor):
         lost.move_to_end(prompt_id)
         if len(lost) > self._max_dropped:
             lost.popitem(last=False)
+        prompt = self._prompts.get(prompt_id)
+        if prompt is not None:
+            # The span's end may now go unseen (its entry above is bounded too), so the state
+            # may outlive its prompt: it never enforces again, as a rebuilt one.
+            prompt.state = prompt.state._replace(enforcement_disabled=True)
         life.open -= 1
         if life.open > 0:
             return
         del self._lives[prompt_id]
-        # A state kept after a collision or a loss already has enforcement disabled: a collision
-        # disables it, a state rebuilt while the span was open starts disabled, and nothing
-        # clears the flag. Only a dropped state needs its facts kept.
-        if prompt_id not in self._prompts:
+        if prompt is None:
             self._remember(prompt_id, life.guarded)
 
     def _end_prompt_span(self, prompt_id: str) -> None:
@@ -665,6 +690,9 @@ class GuardSpanProcessor(SpanProcessor):
                             self._lost_open[key] = (entry[0] - 1, entry[1])
                         else:
                             del self._lost_open[key]
+                            if key not in self._lives:
+                                # The ID's last open prompt span ended: as a tracked one's end.
+                                self._discard(key)
         if evaluation is not None:
             transition, batch_evaluation = evaluation
             if transition is not None:
@@ -849,15 +877,7 @@ class GuardSpanProcessor(SpanProcessor):
         opted_out = _opted_out(attributes)
         if opted_out:
             # A marker on any batch opts the whole prompt out, before anything here names it.
-            known = self._prompts.get(prompt_id)
-            if known is not None:
-                known.guarded = False
-            life = self._lives.get(prompt_id)
-            if life is not None:
-                life.guarded = False
-            lost = self._lost_open.get(prompt_id)
-            if lost is not None:
-                self._lost_open[prompt_id] = (lost[0], False)
+            self._opt_out(prompt_id)
         self._expire(now, out)
         prompt = self._prompt_for_batch(prompt_id, now, out)
         if opted_out:
