@@ -181,3 +181,42 @@ class Harness:
 
 def decisions_of(records: Iterable[ReadableLogRecord]) -> list[str]:
     return [str((r.log_record.attributes or {})["decision"]) for r in records]
+
+
+def failing_loop(tracer: Tracer, prompt_id: str, batches: int, calls: int) -> None:
+    """One acp prompt whose complete batches all fail the same way: transitions, hence telemetry."""
+    prompt = tracer.start_span(
+        "invoke_agent",
+        attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id},
+    )
+    for _ in range(batches):
+        batch = tracer.start_span(
+            "tool_batch",
+            context=set_span_in_context(prompt),
+            attributes={"acp.prompt.id": prompt_id},
+        )
+        context = set_span_in_context(batch)
+        for n in range(calls):
+            tracer.start_span(
+                "execute_tool",
+                context=context,
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "run_shell",
+                    "gen_ai.tool.call.id": f"c{n}",
+                    "acp.tool.type": "native",
+                    "acp.tool.status": "error",
+                    "acp.tool.execution.status": "error",
+                    "acp.tool.execution.error_type": "exit_nonzero",
+                },
+            ).end()
+        batch.set_attributes(
+            {
+                "acp.batch.admitted": calls,
+                "acp.input.external": False,
+                "acp.input.queued_prompt": False,
+                "acp.input.reliable": True,
+            }
+        )
+        batch.end()
+    prompt.end()

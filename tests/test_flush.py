@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 import pytest
+from harness import failing_loop
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
@@ -17,7 +18,7 @@ from opentelemetry.sdk._logs.export import (
     SimpleLogRecordProcessor,
 )
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.trace import Tracer, set_span_in_context
+from opentelemetry.trace import Tracer
 
 from otel_guard import GuardSpanProcessor, install_guard
 from otel_guard.guard.dispatch import guarded_tracer_provider
@@ -27,44 +28,6 @@ THREADS = 4
 TIMEOUT_MILLIS = 1000
 # Generous: the promise is "about the timeout", not a tight timing on a loaded machine.
 BOUND_SECONDS = TIMEOUT_MILLIS / 1000 + 9
-
-
-def _loop(tracer: Tracer, prompt_id: str, batches: int = 3) -> None:
-    prompt = tracer.start_span(
-        "invoke_agent",
-        attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id},
-    )
-    for _ in range(batches):
-        batch = tracer.start_span(
-            "tool_batch",
-            context=set_span_in_context(prompt),
-            attributes={"acp.prompt.id": prompt_id},
-        )
-        context = set_span_in_context(batch)
-        for n in range(4):
-            tracer.start_span(
-                "execute_tool",
-                context=context,
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "run_shell",
-                    "gen_ai.tool.call.id": f"c{n}",
-                    "acp.tool.type": "native",
-                    "acp.tool.status": "error",
-                    "acp.tool.execution.status": "error",
-                    "acp.tool.execution.error_type": "exit_nonzero",
-                },
-            ).end()
-        batch.set_attributes(
-            {
-                "acp.batch.admitted": 4,
-                "acp.input.external": False,
-                "acp.input.queued_prompt": False,
-                "acp.input.reliable": True,
-            }
-        )
-        batch.end()
-    prompt.end()
 
 
 class _Load:
@@ -81,7 +44,7 @@ class _Load:
         i = 0
         while not self._stop.is_set():
             i += 1
-            _loop(tracer, f"load-{n}-{i % 100}")
+            failing_loop(tracer, f"load-{n}-{i % 100}", batches=3, calls=4)
 
     def __enter__(self) -> _Load:
         for thread in self._threads:
@@ -111,8 +74,8 @@ def test_processor_flush_under_load_returns_within_its_timeout_with_what_was_que
     provider = guarded_tracer_provider(guard)
     tracer = provider.get_tracer("agent")
     with _Load(tracer):
-        _loop(tracer, "loop-warm-up")
-        _loop(tracer, "marker")
+        failing_loop(tracer, "loop-warm-up", batches=3, calls=4)
+        failing_loop(tracer, "marker", batches=3, calls=4)
         started = time.monotonic()
         flushed = guard.force_flush(TIMEOUT_MILLIS)
         elapsed = time.monotonic() - started
@@ -152,7 +115,7 @@ def test_processor_flush_with_a_hung_log_pipeline_returns_false_within_its_timeo
     tracer = provider.get_tracer("agent")
     try:
         with _Load(tracer):
-            _loop(tracer, "marker")
+            failing_loop(tracer, "marker", batches=3, calls=4)
             started = time.monotonic()
             result = list(_in_thread(guard.force_flush, TIMEOUT_MILLIS))
             elapsed = time.monotonic() - started
@@ -189,7 +152,7 @@ def test_installation_flush_with_a_hung_log_exporter_returns_false_within_its_ti
     tracer = otel.tracer_provider.get_tracer("agent")
     try:
         with _Load(tracer):
-            _loop(tracer, "marker")
+            failing_loop(tracer, "marker", batches=3, calls=4)
             otel.guard.force_flush()
             # The log pipeline's worker is stuck inside an export, holding its export lock.
             assert stuck.entered.wait(BOUND_SECONDS)
@@ -212,7 +175,7 @@ def test_installation_flush_under_load_delivers_the_records_queued_before_it() -
     tracer = otel.tracer_provider.get_tracer("agent")
     try:
         with _Load(tracer):
-            _loop(tracer, "marker")
+            failing_loop(tracer, "marker", batches=3, calls=4)
             started = time.monotonic()
             result = list(_in_thread(otel.force_flush, 5 * TIMEOUT_MILLIS))
             elapsed = time.monotonic() - started

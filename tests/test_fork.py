@@ -15,9 +15,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from harness import failing_loop
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.trace import Tracer, set_span_in_context
+from opentelemetry.trace import Tracer
 
 from otel_guard import GuardSpanProcessor
 from otel_guard.guard.dispatch import guarded_tracer_provider
@@ -29,48 +30,9 @@ THREADS = 4
 DEADLINE_SECONDS = 10.0
 
 
-def _loop(tracer: Tracer, prompt_id: str, batches: int) -> None:
-    """One prompt whose batches all fail the same way: transitions, hence telemetry."""
-    prompt = tracer.start_span(
-        "invoke_agent",
-        attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id},
-    )
-    for _ in range(batches):
-        batch = tracer.start_span(
-            "tool_batch",
-            context=set_span_in_context(prompt),
-            attributes={"acp.prompt.id": prompt_id},
-        )
-        context = set_span_in_context(batch)
-        for n in range(2):
-            tracer.start_span(
-                "execute_tool",
-                context=context,
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "run_shell",
-                    "gen_ai.tool.call.id": f"c{n}",
-                    "acp.tool.type": "native",
-                    "acp.tool.status": "error",
-                    "acp.tool.execution.status": "error",
-                    "acp.tool.execution.error_type": "exit_nonzero",
-                },
-            ).end()
-        batch.set_attributes(
-            {
-                "acp.batch.admitted": 2,
-                "acp.input.external": False,
-                "acp.input.queued_prompt": False,
-                "acp.input.reliable": True,
-            }
-        )
-        batch.end()
-    prompt.end()
-
-
 def _child(tracer: Tracer, guard: GuardSpanProcessor, meters: MeterProvider, done: int) -> None:
     try:
-        _loop(tracer, f"child-{os.getpid()}", 3)
+        failing_loop(tracer, f"child-{os.getpid()}", 3, calls=2)
         guard.force_flush()  # emits on this thread: the telemetry's counts lock
         GuardSpanProcessor(meter_provider=meters).shutdown()  # the shared counts' lock
         os.write(done, b"x")
@@ -92,7 +54,7 @@ def busy_parent() -> Iterator[tuple[Tracer, GuardSpanProcessor, MeterProvider]]:
         i = 0
         while not stop.is_set():
             i += 1
-            _loop(tracer, f"parent-{n}-{i % 50}", 2)
+            failing_loop(tracer, f"parent-{n}-{i % 50}", 2, calls=2)
 
     threads = [threading.Thread(target=produce, args=(n,), daemon=True) for n in range(THREADS)]
     for thread in threads:
