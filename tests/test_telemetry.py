@@ -25,6 +25,7 @@ from otel_guard.guard.telemetry import (
     GuardTelemetry,
     Transition,
 )
+from otel_guard.reducer import Observation
 from otel_guard.version import __version__
 
 
@@ -241,12 +242,21 @@ def _points(pipeline: Pipeline, name: str) -> dict[tuple[tuple[str, Any], ...], 
     }
 
 
+def _observed(execution: str | None, tool_type: str | None, count: int) -> list[Observation]:
+    return [Observation(f"c{i}", "t", tool_type, "error", execution, None) for i in range(count)]
+
+
 def test_observations_are_counted_by_closed_execution_status_and_tool_type() -> None:
     pipeline = Pipeline()
     pipeline.telemetry.observations(
-        {("error", "native"): 2, ("exploded", None): 1, (None, "mcp"): 3, ("success", "Native"): 1}
+        _observed("error", "native", 2)
+        + _observed("exploded", None, 1)
+        + _observed(None, "mcp", 3)
+        + _observed("success", "Native", 1)
     )
-    pipeline.telemetry.observations({("error", "native"): 1, ("cancelled", "mcp"): 1})
+    pipeline.telemetry.observations(
+        tuple(_observed("error", "native", 1) + _observed("cancelled", "mcp", 1))
+    )
     assert _points(pipeline, OBSERVATIONS_METRIC) == {
         (("execution_status", "error"), ("tool_type", "native")): 3,
         (("execution_status", "unknown"), ("tool_type", "other")): 1,

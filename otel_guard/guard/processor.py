@@ -42,10 +42,10 @@ from opentelemetry.trace import SpanContext
 from otel_guard.guard import _sdkfields as _sdk
 from otel_guard.guard.mode import resolve_mode
 from otel_guard.guard.telemetry import (
+    Decided,
     DecisionValue,
     Diagnostic,
     GuardTelemetry,
-    Transition,
     decision_value,
 )
 from otel_guard.reducer import (
@@ -57,7 +57,6 @@ from otel_guard.reducer import (
     GuardState,
     Mode,
     Observation,
-    effective_mode,
     reduce,
 )
 from otel_guard.spans import attributes as attr
@@ -201,9 +200,9 @@ class _PromptSpan:
 
 
 # One settled tool call, as the reducer needs it, and nothing more of its span: (start time,
-# arrival, call ID, tool name, tool type, terminal status, execution status, execution error
-# type, provider duplicate, span ID). The span ID is kept for the ``duplicate_span`` record.
-_CallRecord = tuple[int, int, str, str | None, str | None, str, str | None, str | None, bool, int]
+# arrival, its observation, span ID). The observation is built once, when the call ends; the
+# span ID is kept for the ``duplicate_span`` record.
+_CallRecord = tuple[int, int, Observation, int]
 
 
 class _OpenBatch:
@@ -228,8 +227,8 @@ _ENDED_BATCHES = 4096
 # What to emit once the lock is released.
 _Emission = (
     tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None]
-    | tuple[Literal["transition"], Transition]
-    | tuple[Literal["observations"], dict[tuple[str | None, str | None], int]]
+    | tuple[Literal["decision"], Decided]
+    | tuple[Literal["observations"], tuple[Observation, ...]]
 )
 
 
@@ -379,6 +378,7 @@ class GuardSpanProcessor(SpanProcessor):
             max_calls_per_batch=max_calls_per_batch,
         )
         self._claim_keys = CLAIM_KEYS
+        self._turns_away = self._assembly.turns_away
         # Traces the inferred profiles watch: empty (and skipped) while none is.
         self._genai_open = self._assembly.watched
         if resolution.invalid:
@@ -483,7 +483,12 @@ class GuardSpanProcessor(SpanProcessor):
                 for key in self._claim_keys:
                     if key in attributes:
                         if not self._inert:
-                            self._inferred_end(span, attributes)
+                            try:
+                                context = _sdk.context(span)
+                            except AttributeError:
+                                context = span.context
+                            if context is not None and not self._turns_away(context[0]):
+                                self._inferred_end(span, attributes)
                         return
                 if self._genai_open:
                     self._inferred_link(span)
@@ -669,7 +674,7 @@ class GuardSpanProcessor(SpanProcessor):
         self, span: ReadableSpan, context: SpanContext, attributes: Mapping[str, Any]
     ) -> None:
         out: list[_Emission] = []
-        evaluation: tuple[Transition | None, BatchEvaluation | None] | None = None
+        evaluation: BatchEvaluation | None = None
         with self._lock:
             ref = self._tracked.pop(context[_SPAN_ID], None)
             if type(ref) is _OpenBatch:
@@ -693,16 +698,10 @@ class GuardSpanProcessor(SpanProcessor):
                             if key not in self._lives:
                                 # The ID's last open prompt span ended: as a tracked one's end.
                                 self._discard(key)
-        if evaluation is not None:
-            transition, batch_evaluation = evaluation
-            if transition is not None:
-                out.append(("transition", transition))
-            if out:
-                self._flush(out)
-            if batch_evaluation is not None:
-                self._notify(batch_evaluation)
-        elif out:
+        if out:
             self._flush(out)
+        if evaluation is not None:
+            self._notify(evaluation)
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
@@ -713,72 +712,42 @@ class GuardSpanProcessor(SpanProcessor):
             parent = span.parent
             start_time = span.start_time
             context = span.context
-        out: list[_Emission] = []
-        genai = False
+        parent_id = None if parent is None else parent[_SPAN_ID]
+        out: list[_Emission] | None = None
         # The batch is looked up under the lock that also ends batches, so a call and its batch
         # span ending at once resolve one way or the other: the call is kept, or it is late.
         with self._lock:
-            parent_id = None if parent is None else parent[_SPAN_ID]
-            if parent_id is not None and (
-                type(self._tracked.get(parent_id)) is _OpenBatch or parent_id in self._ended_batches
-            ):
-                self._keep_call(attributes, parent_id, start_time, context, out)
+            batch = self._tracked.get(parent_id) if parent_id is not None else None
+            if type(batch) is _OpenBatch:
+                calls = batch.calls
+                if batch.overflow:
+                    pass  # already incomplete and reported
+                elif len(calls) < self._max_calls:
+                    # Only what the reducer needs is kept, so the span itself can be freed
+                    # (docs/contract.md section 4: bounded in bytes).
+                    observation, size = read_call(attributes)
+                    if not calls:
+                        self._holding[batch.span_id] = batch
+                    span_id = context[_SPAN_ID] if context is not None else 0
+                    calls.append((start_time or 0, len(calls), observation, span_id))
+                    batch.bytes += size
+                    self._call_bytes += size
+                    if self._call_bytes > self._max_call_bytes:
+                        out = []
+                        self._shed_call_data(out)
+                else:
+                    batch.overflow = True  # incomplete; the calls kept so far stay for listeners
+                    out = [("diagnostic", "batch_overflow", batch.prompt_id, context)]
                 genai = bool(self._genai_open)  # still a link of a watched trace
+            elif parent_id is not None and parent_id in self._ended_batches:
+                out = [("diagnostic", "late_span", self._ended_batches[parent_id], context)]
+                genai = bool(self._genai_open)
             else:
                 genai = True  # an inferred profile's tool call, or an orphan
         if out:
             self._flush(out)
         if genai:
             self._inferred_end(span, attributes)
-
-    def _keep_call(
-        self,
-        attributes: Mapping[str, Any],
-        parent_id: int,
-        start_time: int | None,
-        context: SpanContext | None,
-        out: list[_Emission],
-    ) -> None:
-        batch = self._tracked.get(parent_id)
-        if type(batch) is not _OpenBatch:
-            prompt_id = self._ended_batches.get(parent_id)
-            if prompt_id is not None:
-                out.append(("diagnostic", "late_span", prompt_id, context))
-            return  # an orphan: not under a batch span, not an observation
-        # Only what the reducer needs is kept, so the span itself can be freed (docs/contract.md
-        # section 4: bounded in bytes).
-        call_id, tool_name, tool_type, status, execution, error_type, duplicate, size = read_call(
-            attributes
-        )
-        span_id = context[_SPAN_ID] if context is not None else 0
-        calls = batch.calls
-        if batch.overflow:
-            return  # already incomplete and reported
-        if len(calls) < self._max_calls:
-            if not calls:
-                self._holding[batch.span_id] = batch
-            calls.append(
-                (
-                    start_time or 0,
-                    len(calls),
-                    call_id,
-                    tool_name,
-                    tool_type,
-                    status,
-                    execution,
-                    error_type,
-                    duplicate,
-                    span_id,
-                )
-            )
-            batch.bytes += size
-            self._call_bytes += size
-            if self._call_bytes <= self._max_call_bytes:
-                return
-            self._shed_call_data(out)
-        else:
-            batch.overflow = True  # incomplete; the calls kept so far stay for listeners
-            out.append(("diagnostic", "batch_overflow", batch.prompt_id, context))
 
     def _shed_call_data(self, out: list[_Emission]) -> None:
         """Over the byte budget: the batches that have held call data longest give it up."""
@@ -801,40 +770,29 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _observations(
         self, batch: _OpenBatch, context: SpanContext, out: list[_Emission]
-    ) -> tuple[tuple[Observation, ...], int, bool, dict[tuple[str | None, str | None], int]]:
-        """The batch's observations in call start order, its distinct call IDs, whether every
-        call carried a usable ID, and the observations by (execution status, tool type)."""
+    ) -> tuple[tuple[Observation, ...], int, bool]:
+        """The batch's observations in call start order, its distinct call IDs, and whether
+        every call carried a usable ID."""
         calls = batch.calls
         if len(calls) > 1:
             calls.sort()  # start time, then arrival (unique, so later fields are never compared)
         observations: list[Observation] = []
         call_ids: set[str] = set()
-        tally: dict[tuple[str | None, str | None], int] = {}
         well_formed = True
-        new = _new
-        for record in calls:
-            _, _, call_id, tool_name, tool_type, status, execution, error_type, duplicate, _ = (
-                record
-            )
-            if not duplicate:
+        for _, _, observation, span_id in calls:
+            if not observation[6]:  # not a provider duplicate
+                call_id = observation[0]
                 if not call_id:
                     well_formed = False  # a call without an ID cannot prove completeness
                     continue
                 if call_id in call_ids:
                     # The record carries the trace ID, span ID and flags; not the trace state.
-                    frame = SpanContext(context.trace_id, record[9], False, context.trace_flags)
+                    frame = SpanContext(context.trace_id, span_id, False, context.trace_flags)
                     out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
                     continue
                 call_ids.add(call_id)
-            observations.append(
-                new(
-                    Observation,
-                    (call_id, tool_name, tool_type, status, execution, error_type, duplicate),
-                )
-            )
-            pair = (execution, tool_type)
-            tally[pair] = tally.get(pair, 0) + 1
-        return tuple(observations), len(call_ids), well_formed, tally
+            observations.append(observation)
+        return tuple(observations), len(call_ids), well_formed
 
     def _prompt_for_batch(self, prompt_id: str, now: float, out: list[_Emission]) -> _Prompt:
         """The prompt's state, rebuilt if it was dropped (never enforcing), or a new one."""
@@ -860,7 +818,7 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _end_batch(
         self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
-    ) -> tuple[Transition | None, BatchEvaluation | None] | None:
+    ) -> BatchEvaluation | None:
         ended = self._ended_batches
         ended[context[_SPAN_ID]] = batch.prompt_id
         if len(ended) > _ENDED_BATCHES:
@@ -887,7 +845,7 @@ class GuardSpanProcessor(SpanProcessor):
             self._release(batch)
             return None
 
-        observations, distinct_calls, well_formed, tally = self._observations(batch, context, out)
+        observations, distinct_calls, well_formed = self._observations(batch, context, out)
         self._release(batch)
         admitted = attributes.get(attr.BATCH_ADMITTED)
         complete = (
@@ -908,7 +866,7 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes.get(attr.INPUT_RELIABLE) is True,
             ),
         )
-        return self._decide(prompt_id, prompt, guard_input, span, context, tally, out)
+        return self._decide(prompt_id, prompt, guard_input, span, context, out)
 
     def _decide(
         self,
@@ -917,23 +875,27 @@ class GuardSpanProcessor(SpanProcessor):
         guard_input: GuardInput,
         span: ReadableSpan,
         context: SpanContext,
-        tally: dict[tuple[str | None, str | None], int],
         out: list[_Emission],
         profile: Profile = "acp",
-    ) -> tuple[Transition | None, BatchEvaluation | None] | None:
-        """Run the reducer on one settled batch of a guarded prompt; under the lock."""
+    ) -> BatchEvaluation | None:
+        """Run the reducer on one settled batch of a guarded prompt; under the lock.
+
+        What leaves the process is queued as compact tuples (the batch's observations, and a
+        :class:`~otel_guard.guard.telemetry.Decided` for a transition): the telemetry builds
+        the records from them, on its worker unless it emits in the foreground."""
         before = prompt.state
         decision = self._reduce(before, guard_input)
         kind, after, reason = decision
         prompt.state = after
         prompt.pending = None  # an action not taken before this batch settled is stale
-        if after.phase == "idle":
+        if after[0] == "idle":
             self._idle[prompt_id] = None
             self._idle.move_to_end(prompt_id)
         else:
             self._idle.pop(prompt_id, None)
-        if tally:
-            out.append(("observations", tally))
+        observations = guard_input[1][1]
+        if observations:
+            out.append(("observations", observations))
         if kind == "none" and self._listener is None:
             return None  # the common case: nothing to emit, nobody to tell
         value = decision_value(kind)
@@ -948,42 +910,33 @@ class GuardSpanProcessor(SpanProcessor):
         prompt.pending = action
         if reason == "contract_violation" and kind == "reset":
             out.append(("diagnostic", "contract_violation", prompt_id, context))
-
-        transition: Transition | None = None
         if value is not None:
-            candidate = before if value == "reset" else after
-            key = after.key
-            tool_type = None
-            if value != "reset" and key is not None:
-                tool_type = next(
-                    (
-                        o.tool_type
-                        for o in guard_input.batch.observations
-                        if o.policy_tool_name == key.policy_tool_name
-                        and o.execution_error_type == key.execution_error_type
-                        and not o.provider_duplicate
+            try:
+                timestamp = _sdk.end_time(span)
+            except AttributeError:
+                timestamp = span.end_time
+            out.append(
+                (
+                    "decision",
+                    _new(
+                        Decided,
+                        (
+                            prompt_id,
+                            self._mode,
+                            before,
+                            after,
+                            value,
+                            reason,
+                            observations,
+                            context,
+                            timestamp,
+                        ),
                     ),
-                    None,
                 )
-            mode = effective_mode(self._mode, after.enforcement_disabled)
-            transition = Transition(
-                prompt_id=prompt_id,
-                mode=mode,  # type: ignore[arg-type]  # never "off" here
-                phase_before=before.phase,
-                phase_after=after.phase,
-                decision=value,
-                failure_count=candidate.failure_count,
-                batch_count=candidate.batch_count,
-                candidate_ordinal=candidate.candidate_ordinal,
-                reset_reason=reason,
-                tool_type=tool_type,
-                execution_error_type=None if key is None else key.execution_error_type,
-                span_context=context,
-                timestamp=span.end_time,
             )
         if self._listener is None:
-            return transition, None
-        evaluation = BatchEvaluation(
+            return None
+        return BatchEvaluation(
             prompt_id=prompt_id,
             span=span,
             mode=self._mode,
@@ -997,7 +950,6 @@ class GuardSpanProcessor(SpanProcessor):
             action=action,
             profile=profile,
         )
-        return transition, evaluation
 
     # -- the inferred profiles (sections 3b and 3c) ------------------------------------------
 
@@ -1099,29 +1051,14 @@ class GuardSpanProcessor(SpanProcessor):
             context = event.span.context
             if not prompt.guarded or context is None:
                 return
-            tally: dict[tuple[str | None, str | None], int] = {}
-            for observation in event.batch.observations:
-                pair = (observation.execution_status, observation.tool_type)
-                tally[pair] = tally.get(pair, 0) + 1
             # The input drain is taken as reliable with no new input: nothing says otherwise,
             # and the prompt is never enforced.
             guard_input: GuardInput = GuardInput(self._mode, event.batch, False, False, True)
-            result = self._decide(
-                event.prompt_id,
-                prompt,
-                guard_input,
-                event.span,
-                context,
-                tally,
-                out,
-                event.profile,
+            evaluation = self._decide(
+                event.prompt_id, prompt, guard_input, event.span, context, out, event.profile
             )
-            if result is not None:
-                transition, evaluation = result
-                if transition is not None:
-                    out.append(("transition", transition))
-                if evaluation is not None:
-                    evaluations.append(evaluation)
+            if evaluation is not None:
+                evaluations.append(evaluation)
 
     def _discard(self, prompt_id: str) -> None:
         """Forget a prompt's state without a trace: its prompt span ended, or a new one starts."""
@@ -1185,8 +1122,8 @@ class GuardSpanProcessor(SpanProcessor):
                 telemetry.diagnostic(name, prompt_id, span_context)
             elif item[0] == "observations":
                 telemetry.observations(item[1])
-            elif item[0] == "transition":
-                telemetry.transition(item[1])
+            else:
+                telemetry.decided(item[1])
 
     def _count(self, name: Diagnostic) -> None:
         with self._lock:

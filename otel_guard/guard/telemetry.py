@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Literal, NamedTuple, get_args
 
 from opentelemetry import context as context_api
@@ -34,7 +34,16 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider
 from opentelemetry.metrics import Observation as MetricObservation
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
-from otel_guard.reducer import RESET_REASONS, DecisionKind, Phase, ResetReason
+from otel_guard.reducer import (
+    RESET_REASONS,
+    DecisionKind,
+    GuardState,
+    Mode,
+    Observation,
+    Phase,
+    ResetReason,
+    effective_mode,
+)
 from otel_guard.version import __version__
 
 __all__ = [
@@ -212,6 +221,58 @@ class Transition(NamedTuple):
         return attributes
 
 
+class Decided(NamedTuple):
+    """A transition as the processor hands it over, under its lock: a tuple of what it already
+    has. The telemetry builds the :class:`Transition` (and its records) from it, on the worker.
+
+    ``mode`` is the configured mode (never ``off`` here); ``observations`` are the batch's.
+    """
+
+    prompt_id: str
+    mode: Mode
+    before: GuardState
+    after: GuardState
+    decision: DecisionValue
+    reset_reason: ResetReason | None
+    observations: tuple[Observation, ...]
+    span_context: SpanContext | None
+    timestamp: int | None
+
+    def transition(self) -> Transition:
+        """The transition's record fields: the candidate after it (for a reset, the candidate
+        reset), the effective mode, and the tool type of the candidate's failing calls."""
+        before, after, value = self.before, self.after, self.decision
+        candidate = before if value == "reset" else after
+        key = after.key
+        tool_type = None
+        if value != "reset" and key is not None:
+            tool_type = next(
+                (
+                    o.tool_type
+                    for o in self.observations
+                    if o.policy_tool_name == key.policy_tool_name
+                    and o.execution_error_type == key.execution_error_type
+                    and not o.provider_duplicate
+                ),
+                None,
+            )
+        return Transition(
+            prompt_id=self.prompt_id,
+            mode=effective_mode(self.mode, after.enforcement_disabled),  # type: ignore[arg-type]
+            phase_before=before.phase,
+            phase_after=after.phase,
+            decision=value,
+            failure_count=candidate.failure_count,
+            batch_count=candidate.batch_count,
+            candidate_ordinal=candidate.candidate_ordinal,
+            reset_reason=self.reset_reason,
+            tool_type=tool_type,
+            execution_error_type=None if key is None else key.execution_error_type,
+            span_context=self.span_context,
+            timestamp=self.timestamp,
+        )
+
+
 class _Counts:
     """Decision and diagnostic counts of every guard that reports through one meter provider.
 
@@ -249,6 +310,7 @@ class _Counts:
         return [MetricObservation(value, {"diagnostic": name}) for name, value in counts]
 
     def observe_observations(self, options: CallbackOptions) -> list[MetricObservation]:
+        self._deliver_pending()
         with self.lock:
             counts = list(self.observations.items())
         return [
@@ -306,6 +368,8 @@ def _counts_for(meter_provider: MeterProvider) -> _Counts:
 # emitted everything queued before it.
 _Item = (
     tuple[Literal["transition"], Transition, int | None]
+    | tuple[Literal["decided"], Decided]
+    | tuple[Literal["observations"], Sequence[Observation]]
     | tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None, int]
     | tuple[Literal["mark"], threading.Event]
 )
@@ -380,6 +444,11 @@ class GuardTelemetry:
         span's end; the record carries it however late the worker emits it.
         """
         self._put(("transition", transition, timestamp))
+
+    def decided(self, decided: Decided) -> None:
+        """:meth:`transition` for a transition the processor handed over as a :class:`Decided`:
+        the worker builds it."""
+        self._put(("decided", decided))
 
     def diagnostic(
         self,
@@ -532,7 +601,11 @@ class GuardTelemetry:
         self._worker = None
 
     def _emit_item(self, item: _Item) -> None:
-        if item[0] == "transition":
+        if item[0] == "observations":
+            self._count_observations(item[1])
+        elif item[0] == "decided":
+            self._emit_transition(item[1].transition(), None)
+        elif item[0] == "transition":
             self._emit_transition(item[1], item[2])
         elif item[0] == "mark":
             item[1].set()
@@ -578,19 +651,27 @@ class GuardTelemetry:
         if not ok:
             self._report_failure()
 
-    def observations(self, counts: Mapping[tuple[str | None, str | None], int]) -> None:
+    def observations(self, observations: Sequence[Observation]) -> None:
         """Count the observations of one evaluated batch (the execution SLI's denominator).
 
-        ``counts`` maps each (execution status, tool type) pair as the spans carried them to
-        its number of observations. Each is counted once by ``execution_status`` (a value
-        outside the closed set, or none, is ``unknown``) and ``tool_type`` (``other`` unless
-        ``native`` or ``mcp``). The caller tallies raw pairs, so the closed sets are applied
-        here once per distinct pair rather than once per call.
-        """
+        Each is counted once by ``execution_status`` (a value outside the closed set, or none,
+        is ``unknown``) and ``tool_type`` (``other`` unless ``native`` or ``mcp``). Queued like
+        a record: the worker counts them, and a metric collection delivers what is queued
+        first. A full queue never drops them: they are counted here instead."""
+        if not self._background or self._closed or len(self._pending) >= self._max_pending:
+            self._count_observations(observations)
+            return
+        self._put(("observations", observations))
+
+    def _count_observations(self, observations: Sequence[Observation]) -> None:
+        tally: dict[tuple[str | None, str | None], int] = {}
+        for observation in observations:
+            pair = (observation[4], observation[2])  # (execution status, tool type)
+            tally[pair] = tally.get(pair, 0) + 1
         table_counts = self._counts
         with table_counts.lock:
             table = table_counts.observations
-            for (status, tool_type), value in counts.items():
+            for (status, tool_type), value in tally.items():
                 key = (
                     status if status in _KNOWN_EXECUTION_STATUSES else "unknown",
                     tool_type if tool_type in _TOOL_TYPES else "other",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from otel_guard.reducer import Observation
 from otel_guard.spans import attributes as attr
 from otel_guard.spans.events import MAX_ID_LENGTH, usable_call_id
 
@@ -38,9 +39,8 @@ _TOOL_EXECUTION_STATUS: Final = attr.TOOL_EXECUTION_STATUS
 _TOOL_EXECUTION_ERROR_TYPE: Final = attr.TOOL_EXECUTION_ERROR_TYPE
 _TOOL_PROVIDER_DUPLICATE: Final = attr.TOOL_PROVIDER_DUPLICATE
 
-# (call ID, tool name, tool type, terminal status, execution status, execution error type,
-# provider duplicate, counted bytes); a missing call ID is "".
-CallFields = tuple[str, str | None, str | None, str, str | None, str | None, bool, int]
+# Builds a named tuple from a tuple of its fields without a Python-level call.
+_new = tuple.__new__
 
 
 def opted_out(attributes: Mapping[str, Any]) -> bool:
@@ -52,9 +52,10 @@ def opted_out(attributes: Mapping[str, Any]) -> bool:
     ) is True
 
 
-def read_call(attributes: Mapping[str, Any]) -> CallFields:
-    """A tool-call span's fields. A tool type other than ``native``/``mcp`` is not resolved from
-    the host's registry: the tool name is dropped, so the call is never eligible."""
+def read_call(attributes: Mapping[str, Any]) -> tuple[Observation, int]:
+    """A tool-call span's observation, and the bytes it is counted as. A missing call ID is
+    ``""``. A tool type other than ``native``/``mcp`` is not resolved from the host's
+    registry: the tool name is dropped, so the call is never eligible."""
     get = attributes.get
     call_id = usable_call_id(get(_TOOL_CALL_ID)) or ""
     tool_name = get(_TOOL_NAME)
@@ -81,7 +82,9 @@ def read_call(attributes: Mapping[str, Any]) -> CallFields:
         + (len(error_type) if error_type else 0)
     )
     duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
-    return call_id, tool_name, tool_type, status, execution, error_type, duplicate, size
+    return _new(
+        Observation, (call_id, tool_name, tool_type, status, execution, error_type, duplicate)
+    ), size
 
 
 def batch_input(attributes: Mapping[str, Any]) -> tuple[int | None, bool, bool, bool]:

@@ -194,6 +194,15 @@ class InferredAssembly:
         self._section_3_roots.clear()
         self._bytes = 0
 
+    def turns_away(self, trace_id: int) -> bool:
+        """Whether :meth:`end` would do nothing at all with a span of this trace that carries a
+        claim key and no ``acp.prompt.id``: the trace is below an open section 3 root prompt
+        span and not watched (it is never watched while that span is open). Two look-ups,
+        before any profile reads the span, so a section 3 host's model-call spans cost next to
+        nothing. Safe without the processor's lock: each is one dictionary read, and neither
+        table gains this trace while its root is open."""
+        return trace_id in self._section_3_roots and trace_id not in self.traces
+
     def link(self, trace_id: int, span_id: int, parent: SpanContext | None) -> list[ProfileEvent]:
         """An ended span no profile claims, without ``acp.prompt.id``: only its link matters, and
         only in a watched trace (the fast path of :meth:`end` for plain spans)."""
@@ -234,6 +243,13 @@ class InferredAssembly:
             if trace is None and (not shield or parent_id is None):
                 return events  # a section 3 span outside any watched trace
         else:
+            if trace is None and parent_id is None and self._root_model_call(attributes):
+                # A model call that is its trace's local root (a chat completion outside any
+                # agent): no prompt can hold it. Its trace is remembered as one whose root
+                # ended, as reading it in full would leave it, without building anything.
+                if trace_id not in self._section_3_roots and trace_id not in self._dropped:
+                    self._remember(trace_id)
+                return events
             for profile in PROFILES:
                 claim = profile.read(span, attributes, parent_id is None)
                 if claim is not None:
@@ -340,10 +356,19 @@ class InferredAssembly:
         del self.traces[trace_id]
         self._bytes -= trace.bytes
         if remember:
-            dropped = self._dropped
-            dropped[trace_id] = None
-            if len(dropped) > _MAX_DROPPED_TRACES:
-                dropped.popitem(last=False)
+            self._remember(trace_id)
+
+    def _remember(self, trace_id: int) -> None:
+        dropped = self._dropped
+        dropped[trace_id] = None
+        if len(dropped) > _MAX_DROPPED_TRACES:
+            dropped.popitem(last=False)
+
+    @staticmethod
+    def _root_model_call(attributes: Mapping[str, Any]) -> bool:
+        """The profile that would read the span reads it as a model call (the profiles' claims
+        never overlap: OpenInference leaves spans with ``gen_ai.operation.name`` alone)."""
+        return any(profile.model_call(attributes) for profile in PROFILES)
 
     # -- settling a prompt ------------------------------------------------------------------
 

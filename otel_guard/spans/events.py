@@ -145,6 +145,12 @@ class InferredProfile(Protocol):
         """What the ended span is, or ``None``; ``root``: it has no parent in this process."""
         ...
 
+    def model_call(self, attributes: Mapping[str, Any]) -> bool:
+        """Whether :meth:`read` would take the span for a model call if it carried no ``acp.*``
+        attribute: a few look-ups, so that a model call that is its trace's root (a chat
+        completion outside any agent) is turned away without reading it."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class PromptStarted:

@@ -45,6 +45,9 @@ class GenAIProfile:
     name: Final[ProfileName] = "genai"
     claim_keys: Final = (attr.OPERATION_NAME, attr.TOOL_CALL_ID)
 
+    def model_call(self, attributes: Mapping[str, Any]) -> bool:
+        return attributes.get(attr.OPERATION_NAME) in attr.MODEL_OPERATIONS
+
     def read(self, span: ReadableSpan, attributes: Mapping[str, Any], root: bool) -> Claim | None:
         operation = attributes.get(attr.OPERATION_NAME)
         if operation in attr.MODEL_OPERATIONS:

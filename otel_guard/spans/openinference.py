@@ -43,6 +43,10 @@ class OpenInferenceProfile:
     name: Final[ProfileName] = "openinference"
     claim_keys: Final = (attr.OPENINFERENCE_SPAN_KIND,)
 
+    def model_call(self, attributes: Mapping[str, Any]) -> bool:
+        kind = attributes.get(attr.OPENINFERENCE_SPAN_KIND)
+        return type(kind) is str and kind.upper() == "LLM" and attr.OPERATION_NAME not in attributes
+
     def read(self, span: ReadableSpan, attributes: Mapping[str, Any], root: bool) -> Claim | None:
         kind = attributes.get(attr.OPENINFERENCE_SPAN_KIND)
         if type(kind) is not str or attr.OPERATION_NAME in attributes:
