@@ -597,7 +597,12 @@ def _calls(prefix: str, count: int) -> list[Call]:
 def test_call_data_of_exactly_the_byte_budget_is_kept_and_one_byte_less_is_shed() -> None:
     # 423 bytes, and 402 for a call with neither a tool name nor an error type.
     calls = [Call(call_id="a0"), Call(call_id="a1", tool=None, error_type=None)]
-    for budget, complete, diagnostics in ((825, True, {}), (824, False, {"batch_overflow": 1})):
+    # The second call lacks its tool name: a missing_attribute diagnostic either way.
+    missing = {"missing_attribute": 1}
+    for budget, complete, diagnostics in (
+        (825, True, missing),
+        (824, False, {"batch_overflow": 1, **missing}),
+    ):
         seen: list[Any] = []
         h = Harness(mode="shadow", max_call_bytes=budget, listener=seen.append)
         h.batch("p", calls)

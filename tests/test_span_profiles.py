@@ -293,7 +293,8 @@ def test_section_3_placeholder_call_ids_are_missing_ids_not_duplicates(placehold
     h.batch("p", [Call(call_id=placeholder), Call(call_id=placeholder)])
     (evaluation,) = evaluations
     assert evaluation.batch.complete is False  # a call without an ID cannot prove completeness
-    assert h.guard.diagnostics() == {}
+    # Not duplicates: each is a tool-call span missing a required attribute, its call ID.
+    assert h.guard.diagnostics() == {"missing_attribute": 2}
 
 
 def test_openinference_prompt_ids_outcomes_and_call_ids() -> None:

@@ -206,7 +206,7 @@ _CallRecord = tuple[int, int, Observation, int]
 
 
 class _OpenBatch:
-    __slots__ = ("bytes", "calls", "overflow", "prompt_id", "span_id")
+    __slots__ = ("bytes", "calls", "missing", "overflow", "prompt_id", "span_id")
 
     def __init__(self, prompt_id: str, span_id: int) -> None:
         self.prompt_id = prompt_id
@@ -216,6 +216,9 @@ class _OpenBatch:
         self.calls: list[_CallRecord] = []
         self.bytes = 0  # estimated bytes of ``calls``, counted against the shared budget
         self.overflow = False
+        # Span IDs of its tool calls that lack a required attribute (reported when it ends,
+        # unless its prompt is off).
+        self.missing: list[int] | None = None
 
 
 _Tracked = _PromptSpan | _OpenBatch
@@ -224,6 +227,7 @@ _REBUILT_STATE: Final = _INITIAL_STATE._replace(enforcement_disabled=True)
 # Batch spans that ended recently, by span ID, with their prompt: a tool-call span ending under
 # one of them is a late frame. Bounded: a frame later than this is ignored as an orphan.
 _ENDED_BATCHES = 4096
+_KEPT: Final = object()  # a span ID's absence from the table of evicted spans
 # What to emit once the lock is released.
 _Emission = (
     tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None]
@@ -360,6 +364,7 @@ class GuardSpanProcessor(SpanProcessor):
         self._holding: OrderedDict[int, _OpenBatch] = OrderedDict()
         self._call_bytes = 0
         self._ended_batches: OrderedDict[int, str] = OrderedDict()
+        self._evicted: OrderedDict[int, None] = OrderedDict()
         self._diagnostic_counts: Counter[str] = Counter()
         self._inert = self._mode == "off"
         self._telemetry = GuardTelemetry(
@@ -524,6 +529,7 @@ class GuardSpanProcessor(SpanProcessor):
                 self._tracked.clear()
                 self._holding.clear()  # the byte count is not read again once inert
                 self._ended_batches.clear()
+                self._evicted.clear()
                 self._lost_open.clear()
                 self._assembly.clear()
             self._telemetry.close()
@@ -630,8 +636,13 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _evict_tracked(self, out: list[_Emission]) -> None:
         tracked = self._tracked
+        evicted = self._evicted
         while len(tracked) > self._max_tracked:
-            _, oldest = tracked.popitem(last=False)
+            span_id, oldest = tracked.popitem(last=False)
+            # Remembered (bounded), so that its end is not read as a half-written span's.
+            evicted[span_id] = None
+            if len(evicted) > _ENDED_BATCHES:
+                evicted.popitem(last=False)
             if type(oldest) is _OpenBatch:
                 self._release(oldest)
                 out.append(("diagnostic", "evicted", oldest.prompt_id, None))
@@ -684,24 +695,45 @@ class GuardSpanProcessor(SpanProcessor):
                 parent = span.parent
                 if parent is None or parent.is_remote:
                     self._assembly.section_3_root(context.trace_id, False)
-            elif self._lost_open and attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
-                prompt_id = attributes.get(_PROMPT_ID)
-                if isinstance(prompt_id, str):
-                    # An untracked prompt span ended: one whose record was lost.
-                    key = bounded_id(prompt_id)
-                    entry = self._lost_open.get(key)
-                    if entry is not None:
-                        if entry[0] > 1:
-                            self._lost_open[key] = (entry[0] - 1, entry[1])
-                        else:
-                            del self._lost_open[key]
-                            if key not in self._lives:
-                                # The ID's last open prompt span ended: as a tracked one's end.
-                                self._discard(key)
+            elif ref is None:
+                self._untracked_end(context, attributes, out)
         if out:
             self._flush(out)
         if evaluation is not None:
             self._notify(evaluation)
+
+    def _untracked_end(
+        self, context: SpanContext, attributes: Mapping[str, Any], out: list[_Emission]
+    ) -> None:
+        """A span with a prompt ID ended that was not tracked; under the lock.
+
+        A prompt span whose record was lost to the span table's bound ends that record's
+        facts. A prompt or batch span that was not lost, but had no prompt ID at its start (a
+        half-written hand-made span, unguarded), is a ``missing_attribute`` diagnostic, unless
+        it opts out (an off prompt has no telemetry)."""
+        prompt_id = attributes.get(_PROMPT_ID)
+        if not isinstance(prompt_id, str):
+            return
+        key = bounded_id(prompt_id)
+        evicted = self._evicted.pop(context[_SPAN_ID], _KEPT) is not _KEPT
+        if attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
+            entry = self._lost_open.get(key)
+            if entry is not None:
+                # An untracked prompt span ended: one whose record was lost.
+                if entry[0] > 1:
+                    self._lost_open[key] = (entry[0] - 1, entry[1])
+                else:
+                    del self._lost_open[key]
+                    if key not in self._lives:
+                        # The ID's last open prompt span ended: as a tracked one's end.
+                        self._discard(key)
+                return
+            if evicted:
+                return
+        elif evicted or _BATCH_ADMITTED not in attributes:
+            return  # a batch span lost to the bound, or a span that only names its prompt
+        if not _opted_out(attributes):
+            out.append(("diagnostic", "missing_attribute", key, context))
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
@@ -725,13 +757,18 @@ class GuardSpanProcessor(SpanProcessor):
                 elif len(calls) < self._max_calls:
                     # Only what the reducer needs is kept, so the span itself can be freed
                     # (docs/contract.md section 4: bounded in bytes).
-                    observation, size = read_call(attributes)
+                    observation, size, missing = read_call(attributes)
                     if not calls:
                         self._holding[batch.span_id] = batch
                     span_id = context[_SPAN_ID] if context is not None else 0
                     calls.append((start_time or 0, len(calls), observation, span_id))
                     batch.bytes += size
                     self._call_bytes += size
+                    if missing:
+                        # A half-written tool-call span, read as section 3 says all the same.
+                        if batch.missing is None:
+                            batch.missing = []
+                        batch.missing.append(span_id)
                     if self._call_bytes > self._max_call_bytes:
                         out = []
                         self._shed_call_data(out)
@@ -848,6 +885,13 @@ class GuardSpanProcessor(SpanProcessor):
         observations, distinct_calls, well_formed = self._observations(batch, context, out)
         self._release(batch)
         admitted = attributes.get(attr.BATCH_ADMITTED)
+        if type(attributes.get(attr.INPUT_RELIABLE)) is not bool or type(admitted) is not int:
+            # Half-written: the drain's reliability (missing means unreliable) or the count.
+            out.append(("diagnostic", "missing_attribute", prompt_id, context))
+        if batch.missing is not None:
+            for span_id in batch.missing:
+                frame = SpanContext(context.trace_id, span_id, False, context.trace_flags)
+                out.append(("diagnostic", "missing_attribute", prompt_id, frame))
         complete = (
             type(admitted) is int
             and admitted >= 0

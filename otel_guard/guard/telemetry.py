@@ -99,6 +99,7 @@ Diagnostic = Literal[
     "contract_violation",
     "prompt_collision",
     "long_prompt_id",
+    "missing_attribute",
 ]
 
 DECISION_VALUES: Final[tuple[DecisionValue, ...]] = get_args(DecisionValue)

@@ -517,6 +517,9 @@ class ToolBatch:
                 self.span.set_attribute(attr.INPUT_EXTERNAL, external)
                 self.span.set_attribute(attr.INPUT_QUEUED_PROMPT, queued)
                 self.span.set_attribute(attr.INPUT_RELIABLE, reliable)
+            else:
+                # Said, not left out: a batch span without it is a half-written one.
+                self.span.set_attribute(attr.INPUT_RELIABLE, False)
             if error is not None:
                 self.span.set_status(Status(StatusCode.ERROR))
             self._ended = True

@@ -52,16 +52,22 @@ def opted_out(attributes: Mapping[str, Any]) -> bool:
     ) is True
 
 
-def read_call(attributes: Mapping[str, Any]) -> tuple[Observation, int]:
-    """A tool-call span's observation, and the bytes it is counted as. A missing call ID is
-    ``""``. A tool type other than ``native``/``mcp`` is not resolved from the host's
-    registry: the tool name is dropped, so the call is never eligible."""
+def read_call(attributes: Mapping[str, Any]) -> tuple[Observation, int, bool]:
+    """A tool-call span's observation, the bytes it is counted as, and whether it lacks one of
+    the attributes section 3 requires of a tool-call span (call ID, tool name, tool type,
+    status, execution status; a wrongly typed value is a missing one).
+
+    A missing call ID is ``""``. A tool type other than ``native``/``mcp`` is not resolved from
+    the host's registry: the tool name is dropped, so the call is never eligible."""
     get = attributes.get
     call_id = usable_call_id(get(_TOOL_CALL_ID)) or ""
     tool_name = get(_TOOL_NAME)
+    named = True
     if type(tool_name) is not str or len(tool_name) > MAX_ID_LENGTH:
+        named = False
         tool_name = None
     tool_type = get(_TOOL_TYPE)
+    missing = not call_id or not named or type(tool_type) is not str
     if tool_type not in RESOLVED_TOOL_TYPES:
         tool_name = None
         if type(tool_type) is not str or len(tool_type) > MAX_STATUS_LENGTH:
@@ -82,9 +88,8 @@ def read_call(attributes: Mapping[str, Any]) -> tuple[Observation, int]:
         + (len(error_type) if error_type else 0)
     )
     duplicate = get(_TOOL_PROVIDER_DUPLICATE) is True
-    return _new(
-        Observation, (call_id, tool_name, tool_type, status, execution, error_type, duplicate)
-    ), size
+    fields = (call_id, tool_name, tool_type, status, execution, error_type, duplicate)
+    return _new(Observation, fields), size, missing or not status or execution is None
 
 
 def batch_input(attributes: Mapping[str, Any]) -> tuple[int | None, bool, bool, bool]:
