@@ -506,9 +506,10 @@ class StreamingModel(ScriptedModel):
     streamed: int = 0
 
 
-def _streaming_agent(setup: Setup, model: StreamingModel) -> Agent[None, str]:
+def _streaming_agent(setup: Setup, model: StreamingModel, *others: Any) -> Agent[None, str]:
     agent = Agent(
-        FunctionModel(model, stream_function=_streamed(model)), capabilities=[setup.capability]
+        FunctionModel(model, stream_function=_streamed(model)),
+        capabilities=[*others, setup.capability],
     )
 
     @agent.tool_plain(retries=TOOL_RETRIES)
@@ -581,3 +582,35 @@ def test_a_streamed_run_is_guarded_like_run_shadow_then_enforce(run: str) -> Non
         spans = contract_spans(setup.harness.span_exporter.get_finished_spans())
         assert spans == _plain_run(mode), mode
         assert len(spans["batches"]) == min(len(reminded), 4) and not spans["stray"]
+
+
+@pytest.mark.parametrize("run", ["run_stream", "iter"])
+def test_a_streamed_run_beside_pydantic_ais_instrumentation_is_decided_once(run: str) -> None:
+    from pydantic_ai.capabilities.instrumentation import Instrumentation
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    for mode, decisions, requests in (
+        ("shadow", {"tracked": 1, "would_warn": 1, "would_stop": 1}, 5),
+        ("enforce", {"tracked": 1, "warned": 1, "stopped": 1}, 3),
+    ):
+        setup = Setup(mode)
+        settings = InstrumentationSettings(
+            tracer_provider=setup.harness.tracer_provider, include_content=False
+        )
+        model = StreamingModel(failing_then_giving_up)
+        agent = _streaming_agent(setup, model, Instrumentation(settings=settings))
+        streamed = STREAMING_RUNS[run](agent)
+        if mode == "enforce":
+            with pytest.raises(RepeatedToolFailureStopped):
+                asyncio.run(streamed)
+        else:
+            asyncio.run(streamed)
+        assert model.streamed == len(model.requests) == requests, mode
+        assert setup.decisions() == decisions, mode
+        assert {e.profile for e in setup.evaluations} == {"acp"}
+        spans = setup.harness.span_exporter.get_finished_spans()
+        tools = [
+            s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "execute_tool"
+        ]
+        assert len(tools) == 4 * min(requests, 4)  # pydantic-ai's own, each exported once
+        assert not any(k.startswith("acp.") for s in spans for k in (s.attributes or {}))
