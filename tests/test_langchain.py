@@ -5,6 +5,8 @@ The model is a scripted chat model: every response calls the failing tool twice 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,12 +18,19 @@ pytest.importorskip(
     "langchain.agents", reason="the LangChain integration needs the 'langchain' extra"
 )
 
+from contract_spans import contract_spans
 from harness import Harness
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware, ToolErrorMiddleware
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -441,3 +450,159 @@ def test_a_cancelled_call_ends_cancelled_and_counts_nothing() -> None:
     assert attributes["acp.tool.status"] == "cancelled"
     assert attributes["acp.tool.execution.status"] == "cancelled"
     assert setup.decisions() == {}
+
+
+# -- streaming runs: the same batches, reminder and stop as invoke() ----------------------------
+
+
+class StreamingModel(ScriptedModel):
+    """The script's responses as chunks: each tool call in a chunk of its own."""
+
+    streaming: bool = False
+    streamed: int = 0
+
+    def _stream(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.requests.append(list(messages))
+        self.streamed += 1
+        calls = self.script(len(self.requests), messages)
+        if not calls:
+            yield ChatGenerationChunk(message=AIMessageChunk(content="giving up"))
+        for index, call in enumerate(calls):
+            chunk = {
+                "name": call["name"],
+                "args": json.dumps(call["args"]),
+                "id": call["id"],
+                "index": index,
+                "type": "tool_call_chunk",
+            }
+            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[chunk]))
+
+
+STREAM_MODES: list[Any] = ["values", "updates", "messages", ["updates", "messages"], "debug"]
+INPUT = {"messages": [{"role": "user", "content": "build it"}]}
+
+
+def _invoked(mode: str) -> dict[str, Any]:
+    setup = Setup(mode)
+    model = StreamingModel(script=failing)
+    if mode == "enforce":
+        with pytest.raises(RepeatedToolFailureStopped):
+            _invoke(setup.agent(model))
+    else:
+        _invoke(setup.agent(model))
+    assert model.streamed == 0
+    return contract_spans(setup.harness.span_exporter.get_finished_spans())
+
+
+def _stream(agent: Any, stream_mode: Any, asynchronous: bool) -> None:
+    config = {"recursion_limit": 100}
+    if not asynchronous:
+        for _ in agent.stream(INPUT, config, stream_mode=stream_mode):
+            pass
+        return
+
+    async def consume() -> None:
+        async for _ in agent.astream(INPUT, config, stream_mode=stream_mode):
+            pass
+
+    asyncio.run(consume())
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["stream", "astream"])
+@pytest.mark.parametrize("stream_mode", STREAM_MODES, ids=str)
+def test_a_streamed_run_is_guarded_like_invoke_shadow_then_enforce(
+    stream_mode: Any, asynchronous: bool
+) -> None:
+    for mode, decisions, requests in (
+        ("shadow", {"tracked": 3, "would_warn": 1, "would_stop": 1}, TURNS + 1),
+        ("enforce", {"tracked": 3, "warned": 1, "stopped": 1}, 5),
+    ):
+        setup = Setup(mode)
+        # streaming=True: the model streams in every stream mode, not only in "messages".
+        model = StreamingModel(script=failing, streaming=True)
+        if mode == "enforce":
+            with pytest.raises(RepeatedToolFailureStopped) as raised:
+                _stream(setup.agent(model), stream_mode, asynchronous)
+            assert raised.value.message == STOP_MESSAGE
+        else:
+            _stream(setup.agent(model), stream_mode, asynchronous)
+        assert model.streamed == len(model.requests) == requests, mode
+        assert sum(model.reminders()) == (1 if mode == "enforce" else 0), mode
+        assert model.reminders()[:5] == [False] * 4 + [mode == "enforce"]
+        assert setup.decisions() == decisions, mode
+        spans = contract_spans(setup.harness.span_exporter.get_finished_spans())
+        assert spans == _invoked(mode), mode
+        assert len(spans["batches"]) == (TURNS if mode == "shadow" else 5)
+        assert not spans["stray"]
+
+
+# -- MCP tools -----------------------------------------------------------------------------------
+
+
+def _mcp_shaped_tool() -> Any:
+    """A tool shaped as langchain-mcp-adapters builds one: a StructuredTool around a coroutine
+    of its ``langchain_mcp_adapters.tools`` module (the package itself needs mcp<2, which the
+    other frameworks' extras here exclude, so it is not installed)."""
+    from langchain_core.tools import StructuredTool
+
+    async def call_tool(**arguments: Any) -> Any:
+        raise ToolException("server error")
+
+    call_tool.__module__ = "langchain_mcp_adapters.tools"
+    return StructuredTool(
+        name="fetch",
+        description="Fetch a URL.",
+        args_schema={"type": "object", "properties": {"url": {"type": "string"}}},
+        coroutine=call_tool,
+        response_format="content_and_artifact",
+    )
+
+
+def _mcp_run(mcp_tool: Any) -> Setup:
+    def script(step: int, messages: list[BaseMessage]) -> list[dict[str, Any]]:
+        if step > TURNS:
+            return []
+        return [*_calls(step, "fetch", width=1, url="x"), *_calls(step + 100, width=1)]
+
+    setup = Setup("shadow")
+    agent = create_agent(
+        ScriptedModel(script=script),
+        tools=[mcp_tool, run_shell],
+        middleware=[ToolErrorMiddleware(_as_message), setup.middleware],
+    )
+    asyncio.run(agent.ainvoke(INPUT, {"recursion_limit": 100}))
+    return setup
+
+
+def _tool_types(setup: Setup) -> dict[str, set[Any]]:
+    found: dict[str, set[Any]] = {}
+    for span in setup.harness.span_exporter.get_finished_spans():
+        attributes = span.attributes or {}
+        if attributes.get("gen_ai.operation.name") == "execute_tool":
+            name = str(attributes["gen_ai.tool.name"])
+            found.setdefault(name, set()).add(attributes.get("acp.tool.type"))
+    return found
+
+
+def test_a_tool_of_langchain_mcp_adapters_is_recorded_as_mcp() -> None:
+    setup = _mcp_run(_mcp_shaped_tool())
+    assert _tool_types(setup) == {"fetch": {"mcp"}, "run_shell": {"native"}}
+    assert {o[2] for o in setup.observations()} == {"tool_exception"}
+
+
+def test_a_tool_converted_by_langchain_mcp_adapters_is_recorded_as_mcp() -> None:
+    adapters = pytest.importorskip(
+        "langchain_mcp_adapters.tools", reason="langchain-mcp-adapters (needs mcp<2) not installed"
+    )
+    from mcp.types import Tool as MCPTool
+
+    definition = MCPTool(
+        name="fetch", inputSchema={"type": "object", "properties": {"url": {"type": "string"}}}
+    )
+    # No server: the tool only needs one when it runs, and its connection fails at once.
+    connection = {"transport": "stdio", "command": "/nonexistent/mcp-server", "args": []}
+    converted = adapters.convert_mcp_tool_to_langchain_tool(
+        None, definition, connection=connection, handle_tool_errors=False
+    )
+    setup = _mcp_run(converted)
+    assert _tool_types(setup) == {"fetch": {"mcp"}, "run_shell": {"native"}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,11 +17,17 @@ pytest.importorskip(
 
 import agents
 from agents.items import ModelResponse
+from agents.mcp import MCPServer
 from agents.models.interface import Model
 from agents.usage import Usage
+from contract_spans import contract_spans
 from harness import Harness
+from mcp.types import Tool as MCPTool
 from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
     ResponseFunctionToolCall,
+    ResponseOutputItemDoneEvent,
     ResponseOutputMessage,
     ResponseOutputText,
 )
@@ -370,3 +377,170 @@ def test_a_cancelled_call_ends_cancelled_and_counts_nothing() -> None:
     (observation,) = evaluation.batch.observations
     assert (observation.terminal_status, observation.execution_status) == ("cancelled", "cancelled")
     assert evaluation.decision.kind == "none"
+
+
+# -- streamed runs: the same batches, reminder and stop as Runner.run ----------------------------
+
+
+class StreamingModel(ScriptedModel):
+    """Streams each scripted response as the Responses API does: items, then the completion."""
+
+    def __init__(self, script: Script = failing) -> None:
+        super().__init__(script)
+        self.streamed = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a streamed run asks for a stream")
+
+    async def stream_response(self, system_instructions: Any, input: Any, *a: Any, **k: Any) -> Any:
+        self.streamed += 1
+        response = await ScriptedModel.get_response(self, system_instructions, input)
+        for index, item in enumerate(response.output):
+            yield ResponseOutputItemDoneEvent(
+                type="response.output_item.done",
+                item=item,
+                output_index=index,
+                sequence_number=index,
+            )
+        completed = Response(
+            id=f"r{len(self.inputs)}",
+            created_at=0,
+            model="scripted",
+            object="response",
+            output=response.output,
+            parallel_tool_calls=True,
+            tool_choice="auto",
+            tools=[],
+        )
+        yield ResponseCompletedEvent(
+            type="response.completed", response=completed, sequence_number=len(response.output)
+        )
+
+
+def _streamed(setup: Setup, model: ScriptedModel) -> Any:
+    hooks = RepeatedToolFailureHooks(
+        setup.harness.guard, tracer_provider=setup.harness.tracer_provider, **setup.kwargs
+    )
+    agent = agents.Agent(name="builder", model=model, tools=[run_shell, read_file, deploy])
+
+    async def consume() -> Any:
+        result = agents.Runner.run_streamed(
+            agent, "build it", hooks=hooks, run_config=hooks.run_config()
+        )
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    with hooks:
+        return asyncio.run(consume())
+
+
+def test_a_streamed_run_is_guarded_like_run_shadow_then_enforce() -> None:
+    plain: dict[str, Any] = {}
+    for mode in ("shadow", "enforce"):
+        setup = Setup(mode)
+        with contextlib.suppress(RepeatedToolFailureStopped):
+            setup.run(ScriptedModel())
+        plain[mode] = contract_spans(setup.harness.span_exporter.get_finished_spans())
+
+    setup = Setup("shadow")
+    model = StreamingModel()
+    assert _streamed(setup, model).final_output == "giving up"
+    assert model.streamed == len(model.inputs) == TURNS + 1 and not any(model.reminders())
+    assert setup.decisions() == {"tracked": 3, "would_warn": 1, "would_stop": 1}
+    assert contract_spans(setup.harness.span_exporter.get_finished_spans()) == plain["shadow"]
+
+    setup = Setup("enforce")
+    model = StreamingModel()
+    with pytest.raises(RepeatedToolFailureStopped) as raised:
+        _streamed(setup, model)
+    assert raised.value.input[-1] == {"role": "system", "content": STOP_MESSAGE}
+    assert model.streamed == len(model.inputs) == 5
+    assert model.reminders() == [False, False, False, False, True]
+    assert setup.decisions() == {"tracked": 3, "warned": 1, "stopped": 1}
+    spans = contract_spans(setup.harness.span_exporter.get_finished_spans())
+    assert spans == plain["enforce"] and len(spans["batches"]) == 5 and not spans["stray"]
+
+
+# -- MCP tools -----------------------------------------------------------------------------------
+
+
+class FailingMCPServer(MCPServer):  # type: ignore[misc]
+    """An MCP server in process: it lists one tool, and every call of it fails (no transport)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    @property
+    def name(self) -> str:
+        return "build-server"
+
+    async def connect(self) -> None:
+        pass
+
+    async def cleanup(self) -> None:
+        pass
+
+    async def list_tools(self, *args: Any, **kwargs: Any) -> list[MCPTool]:
+        schema = {"type": "object", "properties": {"url": {"type": "string"}}}
+        return [MCPTool(name="fetch", inputSchema=schema)]
+
+    async def call_tool(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        raise ConnectionResetError("server went away")
+
+    async def list_prompts(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def get_prompt(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_a_tool_listed_from_an_mcp_server_is_recorded_as_mcp() -> None:
+    def script(step: int) -> list[tuple[str, str]]:
+        return [("fetch", '{"url": "x"}'), ("read_file", '{"path": "a"}')] if step == 1 else []
+
+    setup = Setup("shadow")
+    server = FailingMCPServer()
+    hooks = RepeatedToolFailureHooks(
+        setup.harness.guard, tracer_provider=setup.harness.tracer_provider
+    )
+    agent = agents.Agent(
+        name="builder", model=ScriptedModel(script), tools=[read_file], mcp_servers=[server]
+    )
+    with hooks:
+        asyncio.run(agents.Runner.run(agent, "x", hooks=hooks, run_config=hooks.run_config()))
+    assert server.calls == 1
+    types = {
+        str((s.attributes or {})["gen_ai.tool.name"]): (s.attributes or {}).get("acp.tool.type")
+        for s in setup.harness.span_exporter.get_finished_spans()
+        if (s.attributes or {}).get("gen_ai.operation.name") == "execute_tool"
+    }
+    assert types == {"fetch": "mcp", "read_file": "native"}
+    (evaluation,) = setup.evaluations
+    observations = {o.call_id: o for o in evaluation.batch.observations}
+    assert observations["s1-c0"].tool_type == "mcp"
+    # The server's exception, not a cancellation: the SDK formats MCP failures on its own path.
+    assert (observations["s1-c0"].terminal_status, observations["s1-c0"].execution_status) == (
+        "error",
+        "error",
+    )
+    assert observations["s1-c0"].execution_error_type == "connection_reset_error"
+    assert observations["s1-c1"].execution_status == "success"
+
+
+def test_mcp_failures_repeated_across_turns_are_warned_then_stopped() -> None:
+    def script(step: int) -> list[tuple[str, str]]:
+        return [("fetch", '{"url": "x"}')] * 2 if step <= TURNS else []
+
+    setup = Setup("enforce")
+    model = ScriptedModel(script)
+    hooks = RepeatedToolFailureHooks(
+        setup.harness.guard, tracer_provider=setup.harness.tracer_provider
+    )
+    agent = agents.Agent(name="builder", model=model, mcp_servers=[FailingMCPServer()])
+    with hooks, pytest.raises(RepeatedToolFailureStopped):
+        asyncio.run(agents.Runner.run(agent, "x", hooks=hooks, run_config=hooks.run_config()))
+    assert model.reminders() == [False, False, False, False, True]
+    assert setup.decisions() == {"tracked": 3, "warned": 1, "stopped": 1}

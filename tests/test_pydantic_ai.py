@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ pytest.importorskip(
     "pydantic_ai", reason="the pydantic-ai integration needs the 'pydantic-ai' extra installed"
 )
 
+from contract_spans import contract_spans
 from harness import Harness
 from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.exceptions import RunCancelled, UnexpectedModelBehavior
@@ -27,7 +29,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from otel_guard import BatchEvaluation
 from otel_guard.guard.telemetry import DECISIONS_METRIC
@@ -469,3 +471,146 @@ def test_with_pydantic_ais_instrumentation_enforce_still_stops() -> None:
         agent.run_sync("build it")
     assert len(model.requests) == 3
     assert setup.decisions() == {"tracked": 1, "warned": 1, "stopped": 1}
+
+
+# -- streaming runs: the same batches, reminder and stop as run() -------------------------------
+
+
+def _streamed(model: ScriptedModel) -> Callable[[list[ModelMessage], AgentInfo], Any]:
+    """The script's responses streamed part by part (text as text, calls as argument deltas)."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        model.requests.append(messages[-1])
+        model.streamed += 1
+        for index, part in enumerate(model.respond(len(model.requests), messages[-1])):
+            if isinstance(part, TextPart):
+                yield part.content
+            else:
+                delta = DeltaToolCall(
+                    name=part.tool_name,
+                    json_args=json.dumps(part.args),
+                    tool_call_id=part.tool_call_id,
+                )
+                yield {index: delta}
+
+    return stream
+
+
+def failing_then_giving_up(step: int, last: ModelMessage) -> list[Any]:
+    # Below pydantic-ai's retry limit: a run that hits it cancels sibling calls at random.
+    return always_failing()(step, last) if step <= 4 else [TextPart("giving up")]
+
+
+@dataclass
+class StreamingModel(ScriptedModel):
+    streamed: int = 0
+
+
+def _streaming_agent(setup: Setup, model: StreamingModel, *others: Any) -> Agent[None, str]:
+    agent = Agent(
+        FunctionModel(model, stream_function=_streamed(model)),
+        capabilities=[*others, setup.capability],
+    )
+
+    @agent.tool_plain(retries=TOOL_RETRIES)
+    def run_shell(command: str) -> str:
+        raise ModelRetry("make: *** [all] Error 2")
+
+    return agent
+
+
+async def _run_stream(agent: Agent[None, str]) -> None:
+    async with agent.run_stream("build it") as result:
+        async for _ in result.stream_text():
+            pass
+
+
+async def _iter_streaming_every_node(agent: Agent[None, str]) -> None:
+    # pydantic-ai's documented pattern: each node's events streamed by hand before it advances;
+    # a streamed tools node runs its tools before any node hook.
+    async with agent.iter("build it") as run:
+        async for node in run:
+            if Agent.is_model_request_node(node) or Agent.is_call_tools_node(node):
+                async with node.stream(run.ctx) as events:
+                    async for _ in events:
+                        pass
+
+
+async def _run_stream_events(agent: Agent[None, str]) -> None:
+    async with agent.run_stream_events("build it") as events:
+        async for _ in events:
+            pass
+
+
+STREAMING_RUNS = {
+    "run_stream": _run_stream,
+    "iter": _iter_streaming_every_node,
+    "run_stream_events": _run_stream_events,
+}
+
+
+def _plain_run(mode: str) -> dict[str, Any]:
+    setup = Setup(mode)
+    model = StreamingModel(failing_then_giving_up)
+    agent = _streaming_agent(setup, model)
+    if mode == "enforce":
+        with pytest.raises(RepeatedToolFailureStopped):
+            agent.run_sync("build it")
+    else:
+        assert agent.run_sync("build it").output == "giving up"
+    assert model.streamed == 0
+    return contract_spans(setup.harness.span_exporter.get_finished_spans())
+
+
+@pytest.mark.parametrize("run", STREAMING_RUNS)
+def test_a_streamed_run_is_guarded_like_run_shadow_then_enforce(run: str) -> None:
+    for mode, decisions, reminded in (
+        ("shadow", {"tracked": 1, "would_warn": 1, "would_stop": 1}, [False] * 5),
+        ("enforce", {"tracked": 1, "warned": 1, "stopped": 1}, [False, False, True]),
+    ):
+        setup = Setup(mode)
+        model = StreamingModel(failing_then_giving_up)
+        streamed = STREAMING_RUNS[run](_streaming_agent(setup, model))
+        if mode == "enforce":
+            with pytest.raises(RepeatedToolFailureStopped):
+                asyncio.run(streamed)
+        else:
+            asyncio.run(streamed)
+        assert model.streamed == len(model.requests) == len(reminded), mode
+        assert [_has_reminder(r) for r in model.requests] == reminded, mode
+        assert setup.decisions() == decisions, mode
+        spans = contract_spans(setup.harness.span_exporter.get_finished_spans())
+        assert spans == _plain_run(mode), mode
+        assert len(spans["batches"]) == min(len(reminded), 4) and not spans["stray"]
+
+
+@pytest.mark.parametrize("run", ["run_stream", "iter"])
+def test_a_streamed_run_beside_pydantic_ais_instrumentation_is_decided_once(run: str) -> None:
+    from pydantic_ai.capabilities.instrumentation import Instrumentation
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    for mode, decisions, requests in (
+        ("shadow", {"tracked": 1, "would_warn": 1, "would_stop": 1}, 5),
+        ("enforce", {"tracked": 1, "warned": 1, "stopped": 1}, 3),
+    ):
+        setup = Setup(mode)
+        settings = InstrumentationSettings(
+            tracer_provider=setup.harness.tracer_provider, include_content=False
+        )
+        model = StreamingModel(failing_then_giving_up)
+        agent = _streaming_agent(setup, model, Instrumentation(settings=settings))
+        streamed = STREAMING_RUNS[run](agent)
+        if mode == "enforce":
+            with pytest.raises(RepeatedToolFailureStopped):
+                asyncio.run(streamed)
+        else:
+            asyncio.run(streamed)
+        assert model.streamed == len(model.requests) == requests, mode
+        assert setup.decisions() == decisions, mode
+        assert {e.profile for e in setup.evaluations} == {"acp"}
+        spans = setup.harness.span_exporter.get_finished_spans()
+        tools = [
+            s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "execute_tool"
+        ]
+        assert len(tools) == 4 * min(requests, 4)  # pydantic-ai's own, each exported once
+        assert not any(k.startswith("acp.") for s in spans for k in (s.attributes or {}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
 from collections.abc import AsyncIterator, Callable
@@ -12,6 +13,7 @@ import pytest
 
 pytest.importorskip("strands", reason="the Strands integration needs the 'strands' extra")
 
+from contract_spans import contract_spans
 from harness import Harness
 from strands import Agent, tool
 from strands.hooks import BeforeToolCallEvent, HookProvider, HookRegistry
@@ -334,3 +336,48 @@ def test_a_call_cancelled_while_it_ran_is_cancelled() -> None:
     ]
     assert [(s.attributes or {}).get("acp.tool.status") for s in tools] == ["cancelled"]
     assert setup.observations() == [("s1-c0", "cancelled", None)]
+
+
+# -- streamed invocations: the same batches, reminder and stop as agent(...) ---------------------
+
+
+def _contract_spans_of_a_call(mode: str) -> dict[str, Any]:
+    setup = Setup(mode)
+    setup.run(ScriptedModel())
+    return contract_spans(setup.harness.span_exporter.get_finished_spans())
+
+
+async def _streamed(setup: Setup, model: ScriptedModel) -> tuple[list[str], Any]:
+    agent = Agent(
+        model=model, tools=[run_shell, read_file], hooks=[setup.hooks], callback_handler=None
+    )
+    texts: list[str] = []
+    result = None
+    async for event in agent.stream_async("build it"):
+        if "data" in event:
+            texts.append(event["data"])
+        result = event.get("result", result)
+    return texts, result
+
+
+def test_a_streamed_invocation_is_guarded_like_a_call_shadow_then_enforce() -> None:
+    setup = Setup("shadow")
+    model = ScriptedModel()
+    texts, result = asyncio.run(_streamed(setup, model))
+    assert texts == ["giving up"] and str(result).strip() == "giving up"
+    assert len(model.requests) == TURNS + 1 and not any(model.reminders())
+    assert setup.decisions() == {"tracked": 3, "would_warn": 1, "would_stop": 1}
+    spans = contract_spans(setup.harness.span_exporter.get_finished_spans())
+    assert spans == _contract_spans_of_a_call("shadow")
+
+    setup = Setup("enforce")
+    model = ScriptedModel()
+    texts, result = asyncio.run(_streamed(setup, model))
+    # The stop ends the invocation without another model call: its text is the final message.
+    assert texts == [] and str(result).strip() == STOP_MESSAGE
+    assert setup.hooks.stopped == setup.evaluations[0].prompt_id
+    assert model.reminders() == [False, False, False, False, True]
+    assert setup.decisions() == {"tracked": 3, "warned": 1, "stopped": 1}
+    spans = contract_spans(setup.harness.span_exporter.get_finished_spans())
+    assert spans == _contract_spans_of_a_call("enforce")
+    assert len(spans["batches"]) == 5 and not spans["stray"]

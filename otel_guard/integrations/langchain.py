@@ -30,8 +30,16 @@ Modes are the guard's: ``shadow`` (and ``off``) never change the run; in ``warn`
 ``enforce`` the reminder is added to the conversation as a ``SystemMessage`` before the next
 model call; in ``enforce`` the run then raises :class:`RepeatedToolFailureStopped` from
 ``before_model`` once the next matching failing batch has settled, instead of calling the model
-again. Every call is recorded as a ``native`` tool: LangChain's tools do not say whether they
-come from an MCP server. Guard bookkeeping never raises into the agent.
+again. A tool loaded from an MCP server by langchain-mcp-adapters is recorded ``mcp`` (told by
+the module its function comes from, without importing the adapters), every other tool
+``native``; a call that never reached a tool is ``native``. The adapters turn an MCP server's
+error result into an error ``ToolMessage`` by default (``handle_tool_errors=True``), which the
+guard can only record ``unknown``: load the tools with ``handle_tool_errors=False`` so that the
+``ToolException`` reaches the guard.
+
+Streaming runs are guarded the same (``stream``/``astream`` in every ``stream_mode``): the
+hooks are graph nodes, which run alike however the graph is driven; a stop raises from the
+iteration. Guard bookkeeping never raises into the agent.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ from otel_guard.integrations.producer import (
     PromptScope,
     ToolBatch,
     ToolCall,
+    ToolType,
     error_type_of,
     start_prompt,
 )
@@ -78,6 +87,7 @@ _SCOPE = "otel_guard.integrations.langchain"
 _KEY = "otel_guard_prompt_id"
 # Runs whose end hook never ran (an exception out of the agent) are closed past this many.
 _MAX_OPEN_RUNS = 1024
+_MCP_ADAPTERS = "langchain_mcp_adapters"
 
 
 class RepeatedToolFailureStopped(RuntimeError):
@@ -274,7 +284,8 @@ class RepeatedToolFailureMiddleware(AgentMiddleware[GuardState, Any, Any]):
             batch = self._batch_for(run, _last_ai(state.get("messages", ())))
             if batch is None or call_id not in run.names or call_id in run.calls:
                 return None  # not a call of this batch, or a re-run of one (a resumed interrupt)
-            call = batch.start_call(call_id, run.names[call_id])
+            name = run.names[call_id]
+            call = batch.start_call(call_id, name, tool_type=_tool_type(request.tool))
             run.calls[call_id] = call
             return call
 
@@ -316,6 +327,20 @@ def _last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:
         if isinstance(message, AIMessage):
             return message
     return None
+
+
+def _tool_type(tool: object) -> ToolType:
+    """``mcp`` for a tool made by langchain-mcp-adapters, else ``native``.
+
+    Read from where its function was defined, so the adapters package is never imported (it may
+    not be installed): it builds each MCP tool as a ``StructuredTool`` around a coroutine of its
+    own ``langchain_mcp_adapters.tools`` module, and marks it no other way.
+    """
+    for function in (getattr(tool, "coroutine", None), getattr(tool, "func", None)):
+        module = getattr(function, "__module__", None)
+        if isinstance(module, str) and module.split(".", 1)[0] == _MCP_ADAPTERS:
+            return "mcp"
+    return "native"
 
 
 def _settle_raised(call: ToolCall, error: BaseException) -> None:

@@ -32,18 +32,29 @@ Modes are the guard's: ``shadow`` (and ``off``) never change the run; in ``warn`
 has settled, instead of calling the model again.
 
 Limits: a tool with its own ``failure_error_function`` bypasses the formatter, so its failures
-reach the guard as successes (never counted as failures, but they may reset a streak); every call
-is recorded ``native`` (the SDK marks MCP tools only in private fields). Guard bookkeeping never
-raises into the agent.
+reach the guard as successes (never counted as failures, but they may reset a streak).
+
+A function tool the SDK listed from one of the agent's ``mcp_servers`` is recorded ``mcp`` (its
+tool origin, ``get_function_tool_origin``, is of type ``mcp``), every other call ``native``; a
+call that never reached a tool is ``native``. The SDK hands an MCP tool's exception to the tool's
+failure function, never to the formatter, so the hooks wrap that function of each MCP tool when
+it starts (its message is unchanged): a server failure is an execution ``error`` typed by the
+exception (the cause of the SDK's wrapping ``AgentsException``), an MCP cancellation
+``cancelled``. A result the server flags ``isError`` reaches the model as ordinary output and
+the guard as a success. Streamed runs (``Runner.run_streamed``) are
+guarded the same: the SDK calls the same hooks and callbacks, and a stop raises from
+``stream_events()``. Guard bookkeeping never raises into the agent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from agents import (
@@ -55,9 +66,17 @@ from agents import (
     Tool,
     default_tool_error_function,
 )
+from agents.exceptions import MCPToolCancellationError
 from agents.handoffs import Handoff, handoff
 from agents.items import ModelResponse, TResponseInputItem
 from agents.run_config import CallModelData, ModelInputData, ToolErrorFormatterArgs
+from agents.tool import (
+    FunctionTool,
+    ToolOriginType,
+    get_function_tool_origin,
+    resolve_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall
 from opentelemetry.sdk.trace import TracerProvider
@@ -75,6 +94,7 @@ from otel_guard.integrations.producer import (
     PromptScope,
     ToolBatch,
     ToolCall,
+    ToolType,
     error_type_of,
     start_prompt,
 )
@@ -262,19 +282,41 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
 
     # -- tool calls -----------------------------------------------------------------------
 
-    def _call(self, call_id: object, start: bool) -> ToolCall | None:
+    def _call(self, call_id: object, start: bool, tool: object = None) -> ToolCall | None:
         with self._lock:
             batch = self._batch
             if batch is None or not isinstance(call_id, str) or call_id not in self._names:
                 return None
             call = self._calls.get(call_id)
             if call is None and start:
-                call = self._calls[call_id] = batch.start_call(call_id, self._names[call_id])
+                name = self._names[call_id]
+                call = batch.start_call(call_id, name, tool_type=_tool_type(tool))
+                self._calls[call_id] = call
             return call
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
         if isinstance(context, ToolContext):
-            quietly(_logger, lambda: self._call(context.tool_call_id, start=True))
+            quietly(_logger, lambda: self._call(context.tool_call_id, start=True, tool=tool))
+            if _tool_type(tool) == "mcp":
+                quietly(_logger, lambda: self._watch_mcp_failures(tool))
+
+    def _watch_mcp_failures(self, tool: Tool) -> None:
+        """Read an MCP tool's failures where the SDK formats them.
+
+        The SDK hands an MCP tool's exception to the tool's own failure function (the server's,
+        else the default message), never to ``tool_error_formatter``; without this, a failure
+        would end with the default message, which only a cancellation gives other tools.
+        """
+        if not isinstance(tool, FunctionTool):
+            return
+        current = resolve_function_tool_failure_error_function(tool)
+        if isinstance(current, _WatchedFailures):
+            if current.hooks is self:
+                return
+            current = current.inner  # a tool object kept from an earlier run's hooks
+        if current is None:
+            return  # no failure function: the exception ends the run
+        set_function_tool_failure_error_function(tool, _WatchedFailures(self, current))
 
     async def on_tool_end(
         self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object
@@ -291,6 +333,22 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
         else:
             quietly(_logger, lambda: settle(call, "success"))
 
+    def _mcp_failure(self, context: RunContextWrapper[Any], error: Exception) -> None:
+        if not isinstance(context, ToolContext):
+            return
+        call = self._call(context.tool_call_id, start=True)
+        if call is None or call.finished or call.execution_status is not None:
+            return
+        if isinstance(error, MCPToolCancellationError) or isinstance(
+            getattr(error, "cancelled_error", None), asyncio.CancelledError
+        ):
+            cancel(call)
+            return
+        # The SDK wraps a server call's unexpected exception; the cause names the failure.
+        cause = error.__cause__
+        typed = cause if type(error) is AgentsException and cause is not None else error
+        settle(call, "error", error_type_of(typed))
+
     def _tool_error(self, args: ToolErrorFormatterArgs[Any]) -> None:
         if args.kind == "tool_exception":
             call = self._call(args.call_id, start=True)
@@ -304,3 +362,28 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
             call = self._call(args.call_id, start=True)
             if call is not None:
                 settle(call, "not_started")
+
+
+def _tool_type(tool: object) -> ToolType:
+    """``mcp`` for a function tool the SDK listed from an MCP server, else ``native``.
+
+    The SDK marks the tools it converts from an MCP server's list (``MCPUtil``) with a tool
+    origin of type ``mcp``; every other function tool has origin ``function``.
+    """
+    if isinstance(tool, FunctionTool):
+        origin = get_function_tool_origin(tool)
+        if origin is not None and origin.type == ToolOriginType.MCP:
+            return "mcp"
+    return "native"
+
+
+class _WatchedFailures:
+    """An MCP tool's failure function that tells the hooks of the failure first."""
+
+    def __init__(self, hooks: RepeatedToolFailureHooks, inner: Callable[..., Any]) -> None:
+        self.hooks = hooks
+        self.inner = inner
+
+    def __call__(self, context: RunContextWrapper[Any], error: Exception) -> Any:
+        quietly(_logger, lambda: self.hooks._mcp_failure(context, error))
+        return self.inner(context, error)

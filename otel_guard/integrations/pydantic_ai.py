@@ -37,10 +37,17 @@ capability; in ``warn`` and ``enforce`` the reminder reaches the model as a syst
 next request; in ``enforce`` the run then raises :class:`RepeatedToolFailureStopped` once the
 next matching failing batch has settled, instead of sending another request.
 
+Streaming runs are guarded the same: ``run_stream()`` (which runs a streamed response's tools
+before ``wrap_node_run``, after ``before_node_run``), ``run_stream_events()``, and ``iter()`` with
+nodes streamed by hand (``node.stream(run.ctx)`` runs a tools node's tools before any node hook,
+so the batch opens at its first tool call, from the latest response in ``ctx.messages``). The
+tools of ``run_stream()``'s final streamed response, which no node hook encloses, are closed
+with the run.
+
 Built on the capability hooks of pydantic-ai 2.x (``wrap_run``, ``wrap_node_run``,
-``wrap_tool_validate``, ``wrap_tool_execute``) and ``RunContext.enqueue``. Guard bookkeeping never
-raises into the agent: a failure there is logged at debug level and the batch is left for the
-guard to judge incomplete.
+``before_node_run``, ``wrap_tool_validate``, ``wrap_tool_execute``) and ``RunContext.enqueue``.
+Guard bookkeeping never raises into the agent: a failure there is logged at debug level and the
+batch is left for the guard to judge incomplete.
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
+    ModelResponse,
     ModelResponsePart,
     SystemPromptPart,
     ToolCallPart,
@@ -167,6 +175,7 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         # Per-run state; only the instance returned by for_run() holds any.
         self._prompt: PromptScope | None = None
         self._batch: ToolBatch | None = None
+        self._response: ModelResponse | None = None  # the response whose calls form the batch
         self._pending: dict[str, ToolCallPart] = {}
         self._calls: dict[str, ToolCall] = {}
         self._reminder_lost = False
@@ -196,11 +205,18 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
             token = (
                 context_api.attach(trace.set_span_in_context(run_span)) if instrumented else None
             )
+            error: BaseException | None = None
             try:
                 return await handler()
+            except BaseException as caught:
+                error = caught
+                raise
             finally:
                 if token is not None:
                     context_api.detach(token)
+                # A batch no node hook closed: tools of run_stream()'s final streamed response.
+                if self._batch is not None:
+                    self._close_quietly(ctx, self._batch, error)
                 self._prompt = None
 
     # -- node: one model response's tool calls form one batch ---------------------------
@@ -214,7 +230,7 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
     ) -> NodeResult[Any]:
         batch = None
         if isinstance(node, CallToolsNode) and self._prompt is not None:
-            batch = self._quietly(lambda: self._open_batch(ctx, node.model_response.parts))
+            batch = self._quietly(lambda: self._batch_for(ctx, node.model_response))
         if batch is None:
             return await handler(node)
         prompt_id = batch.prompt_id
@@ -240,6 +256,24 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         raise RepeatedToolFailureStopped(
             action.text, prompt_id=prompt_id, messages=[*ctx.messages, stopped]
         )
+
+    async def before_node_run(
+        self, ctx: RunContext[Any], *, node: AgentNode[Any]
+    ) -> AgentNode[Any]:
+        # run_stream() runs a streamed node's tools before wrap_node_run, which then only
+        # advances the graph: the batch opens here, and wrap_node_run finds it open.
+        if isinstance(node, CallToolsNode) and self._prompt is not None:
+            self._quietly(lambda: self._batch_for(ctx, node.model_response))
+        return node
+
+    def _batch_for(self, ctx: RunContext[Any], response: ModelResponse) -> ToolBatch | None:
+        """The open batch of ``response``'s tool calls, opened by whichever hook comes first."""
+        if response is self._response:
+            return self._batch
+        if self._batch is not None:  # a response whose node hooks never came (driven by hand)
+            self._close_batch(ctx, self._batch, None)
+        self._response = response
+        return self._open_batch(ctx, response.parts)
 
     def _open_batch(
         self, ctx: RunContext[Any], parts: Sequence[ModelResponsePart]
@@ -274,11 +308,12 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
     def _close_batch(
         self, ctx: RunContext[Any], batch: ToolBatch, error: BaseException | None
     ) -> None:
-        self._batch = None
+        pending, calls = self._pending, self._calls
+        self._batch, self._pending, self._calls = None, {}, {}
         if error is None:
             # Admitted but never run: an unknown tool, a deferral, or skipped after a final result.
-            for call_id, part in self._pending.items():
-                call = self._calls.get(call_id) or batch.start_call(call_id, part.tool_name)
+            for call_id, part in pending.items():
+                call = calls.get(call_id) or batch.start_call(call_id, part.tool_name)
                 if not call.finished:
                     if call.execution_status is None:
                         call.settle("not_started")
@@ -293,7 +328,12 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
 
     # -- calls ----------------------------------------------------------------------------
 
-    def _call_for(self, part: ToolCallPart) -> ToolCall | None:
+    def _call_for(self, ctx: RunContext[Any], part: ToolCallPart) -> ToolCall | None:
+        if self._batch is None and self._prompt is not None:
+            # A node streamed by hand from iter() runs its tools before any node hook.
+            response = _response_calling(ctx.messages, part.tool_call_id)
+            if response is not None:
+                self._batch_for(ctx, response)
         batch = self._batch
         if batch is None or part.tool_call_id not in self._pending:
             return None  # not a call of this batch (an output tool, a duplicate frame)
@@ -312,7 +352,7 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         args: RawToolArgs,
         handler: WrapToolValidateHandler,
     ) -> ValidatedToolArgs:
-        tracked = self._quietly(lambda: self._call_for(call))
+        tracked = self._quietly(lambda: self._call_for(ctx, call))
         if tracked is None:
             return await handler(args)
         try:
@@ -333,7 +373,7 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        tracked = self._quietly(lambda: self._call_for(call))
+        tracked = self._quietly(lambda: self._call_for(ctx, call))
         if tracked is None:
             return await handler(args)
         try:
@@ -394,6 +434,15 @@ def _settle(call: ToolCall, execution: Any, terminal: Any, error_type: str | Non
 def _cancel(call: ToolCall) -> None:
     if call.cancel():
         call.finish()
+
+
+def _response_calling(messages: Sequence[ModelMessage], call_id: str) -> ModelResponse | None:
+    """The latest model response of ``messages``, if it made the call ``call_id``."""
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            calls = (p for p in message.parts if isinstance(p, ToolCallPart))
+            return message if any(p.tool_call_id == call_id for p in calls) else None
+    return None
 
 
 def _has_external_input(ctx: RunContext[Any]) -> bool:

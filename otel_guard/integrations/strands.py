@@ -21,7 +21,14 @@ call has settled and before the model is called again:
   ``not_started``; a call of the message that never ran is ``not_started`` too; a result marked
   ``cancelled`` (a running call the agent cancelled) is ``cancelled``; an error result without an
   exception is ``unknown``: none of them counts;
-* MCP tools (``MCPAgentTool``) are ``mcp``, every other tool ``native``.
+* MCP tools (``MCPAgentTool``) are ``mcp``, every other tool ``native``. Strands' MCP client
+  turns a server's failure (an exception, or an ``isError`` result) into an error result without
+  an exception, so such a failure is ``unknown``: the guard never counts it, and it disables
+  enforcement for the prompt.
+
+``agent.stream_async(...)`` (and ``invoke_async``) runs the same hooks as a call: a streamed
+invocation is guarded the same; a stop streams no text, its stop text is the ``result`` event's
+final message.
 
 Modes are the guard's: ``shadow`` (and ``off``) never change the run; in ``warn`` and
 ``enforce`` the reminder is added as a text block to the message carrying the batch's tool
