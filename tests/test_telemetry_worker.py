@@ -24,9 +24,11 @@ from otel_guard.guard.telemetry import (
     DECISIONS_METRIC,
     DIAGNOSTIC_EVENT,
     DIAGNOSTICS_METRIC,
+    OBSERVATIONS_METRIC,
     TRANSITION_EVENT,
     GuardTelemetry,
 )
+from otel_guard.reducer import Observation
 
 
 class ThreadRecorder(LogRecordProcessor):
@@ -601,3 +603,37 @@ def test_the_worker_is_a_daemon_so_a_process_that_never_shuts_the_telemetry_down
     root = str(Path(telemetry_module.__file__).resolve().parent.parent.parent)
     environment = {**os.environ, "PYTHONPATH": root}
     subprocess.run([sys.executable, "-c", script], check=True, timeout=30, env=environment)
+
+
+def _observation_total(reader: InMemoryMetricReader) -> int:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return sum(
+        int(point.value)  # type: ignore[union-attr]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == OBSERVATIONS_METRIC
+        for point in metric.data.data_points
+    )
+
+
+def test_observations_are_never_dropped_by_a_full_queue() -> None:
+    # The SLI's denominator must not lose calls: past the queue's bound they are counted on the
+    # caller's thread, while records are dropped (and said to be).
+    telemetry, holding, _, reader = _held_pipeline(max_pending=1)
+    gate = holding.hold("held")
+    telemetry.diagnostic("late_span", "held")
+    flusher = threading.Thread(target=telemetry.flush)
+    flusher.start()
+    assert holding.entered["held"].wait(timeout=30)
+    success = Observation("c", "run_shell", "native", "success", "success", None, False)
+    for _ in range(50):
+        telemetry.observations([success, success])
+    telemetry.diagnostic("late_span", "dropped")
+    gate.set()
+    flusher.join(timeout=30)
+    telemetry.flush()
+    assert _observation_total(reader) == 100
+    assert telemetry.dropped == 1  # the diagnostic, never an observation
+    telemetry.close()
