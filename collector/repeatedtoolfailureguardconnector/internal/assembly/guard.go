@@ -64,6 +64,9 @@ type call struct {
 	arrival int
 	obs     reducer.Observation
 	spanID  pcommon.SpanID
+	// missing: the span lacks an attribute section 3 requires of a tool-call span
+	// (diagnostic missing_attribute when its batch ends, unless its prompt is off).
+	missing bool
 }
 
 type openBatch struct {
@@ -499,8 +502,10 @@ func (g *Guard) keepCall(t *trace, s *spans.Span) {
 		g.diag(telemetry.DiagBatchOverflow, b.promptID, s.TraceID, s.SpanID)
 		return
 	}
+	named := s.ToolName.Set && len(s.ToolName.Value) <= spans.MaxToolNameLength
+	missing := callID == "" || !named || !s.ToolType.Set || status == "" || execution == nil
 	b.calls = append(b.calls, call{
-		start: s.Start, arrival: len(b.calls), spanID: s.SpanID,
+		start: s.Start, arrival: len(b.calls), spanID: s.SpanID, missing: missing,
 		obs: reducer.Observation{
 			CallID: callID, PolicyToolName: name, ToolType: toolType, TerminalStatus: status,
 			ExecutionStatus: execution, ExecutionErrorType: errType,
@@ -565,6 +570,15 @@ func (g *Guard) endBatch(s *spans.Span, b *openBatch, now uint64) {
 	}
 	calls := b.calls
 	sortCalls(calls)
+	if !s.Reliable.Set || !s.Admitted.Set {
+		// Half-written: the drain's reliability (missing means unreliable) or the count.
+		g.diag(telemetry.DiagMissingAttribute, id, s.TraceID, s.SpanID)
+	}
+	for _, c := range calls {
+		if c.missing {
+			g.diag(telemetry.DiagMissingAttribute, id, s.TraceID, c.spanID)
+		}
+	}
 	observations := make([]reducer.Observation, 0, len(calls))
 	ids := map[string]bool{}
 	wellFormed := true

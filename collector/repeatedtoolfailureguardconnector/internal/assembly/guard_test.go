@@ -331,3 +331,35 @@ func TestLongPromptIDKeptAsDigest(t *testing.T) {
 		t.Fatalf("prompt ID %q", got)
 	}
 }
+
+// A half-written section 3 span is counted (missing_attribute), as the Python guard counts it:
+// a tool-call span without a required attribute, a batch span without its drain's
+// reliability; a declared third-party tool type is not missing, and an off prompt gets none.
+func TestMissingAttribute(t *testing.T) {
+	tool := func(drop string) map[string]any {
+		attrs := map[string]any{
+			"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run_shell",
+			"gen_ai.tool.call.id": "c-" + drop, "acp.tool.type": "native",
+			"acp.tool.status": "error", "acp.tool.execution.status": "error",
+			"acp.tool.execution.error_type": "exit_nonzero",
+		}
+		delete(attrs, drop)
+		return attrs
+	}
+	b := newBuilder(15)
+	batch := b.span(pcommon.SpanID{}, 1*ms, 9*ms, map[string]any{"acp.prompt.id": "p", "acp.batch.admitted": int64(6)})
+	for _, drop := range []string{"gen_ai.tool.name", "gen_ai.tool.call.id", "acp.tool.type", "acp.tool.status", "acp.tool.execution.status", "none"} {
+		b.span(batch, 2*ms, 3*ms, tool(drop))
+	}
+	third := tool("none")
+	third["acp.tool.type"] = "extension"
+	whole := b.span(pcommon.SpanID{}, 10*ms, 19*ms, map[string]any{"acp.prompt.id": "q", "acp.batch.admitted": int64(1), "acp.input.reliable": true})
+	b.span(whole, 11*ms, 12*ms, third)
+	off := b.span(pcommon.SpanID{}, 20*ms, 29*ms, map[string]any{"acp.prompt.id": "r", "acp.batch.admitted": int64(1), "acp.prompt.route": "cron"})
+	b.span(off, 21*ms, 22*ms, tool("acp.tool.type"))
+	out := defaultGuard().Replay(b.out)
+	// Five tool-call spans and the first batch span (no acp.input.reliable).
+	if got := count(out, telemetry.DiagMissingAttribute); got != 6 {
+		t.Fatalf("missing_attribute %d", got)
+	}
+}

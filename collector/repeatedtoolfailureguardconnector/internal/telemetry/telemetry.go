@@ -41,13 +41,14 @@ const (
 	DiagContractViolation = "contract_violation"
 	DiagPromptCollision   = "prompt_collision"
 	DiagLongPromptID      = "long_prompt_id"
+	DiagMissingAttribute  = "missing_attribute"
 )
 
 // Diagnostics lists the closed set of diagnostic values.
 var Diagnostics = []string{
 	DiagInvalidMode, DiagLateSpan, DiagDuplicateSpan, DiagBatchOverflow, DiagEvicted, DiagExpired,
 	DiagInternalError, DiagTelemetryError, DiagContractViolation, DiagPromptCollision,
-	DiagLongPromptID,
+	DiagLongPromptID, DiagMissingAttribute,
 }
 
 // The resource attributes carried from the input.
