@@ -133,14 +133,22 @@ class Pipeline:
     through a ``BatchSpanProcessor`` to the OTLP/HTTP span exporter, and the guard's telemetry
     through a ``PeriodicExportingMetricReader`` and a ``BatchLogRecordProcessor`` to the
     OTLP/HTTP metric and log exporters. The arm without the guard has the tracer provider only:
-    the metric and log providers are counted as the guard's cost.
+    the metric and log providers are counted as the guard's cost, unless ``idle_providers``
+    gives it the same OTLP metric and log providers, unused (an application that exports its
+    own metrics and logs already).
 
     ``arm`` is ``without`` (no guard), ``with`` (the guard added with ``add_span_processor``),
     ``fused`` (the guard's dispatch in front of the provider's other processors) or ``floor``
     (an empty Python processor in the guard's place).
     """
 
-    def __init__(self, guarded: bool | str, otlp: str | None = None, **guard_kwargs: Any) -> None:
+    def __init__(
+        self,
+        guarded: bool | str,
+        otlp: str | None = None,
+        idle_providers: bool = False,
+        **guard_kwargs: Any,
+    ) -> None:
         arm = guarded if isinstance(guarded, str) else ("with" if guarded else "without")
         self.arm = arm
         self.otlp = otlp
@@ -154,7 +162,7 @@ class Pipeline:
             exporter = SimpleSpanProcessor(DiscardingSpanExporter())
         else:
             exporter = BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{otlp}/v1/traces"))
-        if arm in ("with", "fused"):
+        if arm in ("with", "fused") or (otlp is not None and idle_providers):
             self.logger_provider = LoggerProvider(resource=RESOURCE)
             if otlp is None:
                 self.metric_reader = InMemoryMetricReader()
@@ -173,6 +181,7 @@ class Pipeline:
             self.meter_provider = MeterProvider(
                 resource=RESOURCE, metric_readers=[self.metric_reader]
             )
+        if arm in ("with", "fused"):
             self.guard = GuardSpanProcessor(
                 mode="shadow",
                 meter_provider=self.meter_provider,
@@ -435,18 +444,20 @@ def measure_process(
     pairs: int,
     guarded: str = "with",
     otlp: str | None = None,
+    idle_providers: bool = False,
 ) -> ProcessCost:
     """Process CPU time (every thread: the guard's worker, the SDK's exporters) of emitting
     ``block`` prompts and then shutting the providers down, with and without the guard.
 
     Each arm gets fresh providers in every pair, built before the clock starts; the arms
     alternate their order between pairs. With ``otlp``, the time includes encoding and sending
-    every span, metric and log record to the endpoint (whose own process is not counted).
+    every span, metric and log record to the endpoint (whose own process is not counted);
+    ``idle_providers`` gives the arm without the guard unused OTLP metric and log providers.
     """
     sessions = workload.generate(profile, prompts)
     blocks = [sessions[i : i + block] for i in range(0, prompts - block + 1, block)]
     for name in ("without", guarded):  # warm-up
-        warm = Pipeline(name, otlp)
+        warm = Pipeline(name, otlp, idle_providers)
         workload.emit(warm.tracer, blocks[0], suffix="#warm")
         warm.shutdown()
     ratios: list[float] = []
@@ -460,7 +471,7 @@ def measure_process(
         spent: dict[str, int] = {}
         order = ("without", guarded) if r % 2 == 0 else (guarded, "without")
         for name in order:
-            arm = Pipeline(name, otlp)
+            arm = Pipeline(name, otlp, idle_providers)
             gc.collect()
             start = time.process_time_ns()
             workload.emit(arm.tracer, chunk, suffix=f"#{r}")
@@ -470,7 +481,7 @@ def measure_process(
         per_turn.append((spent[guarded] - spent["without"]) / chunk_turns / 1e3)
     return ProcessCost(
         profile.name,
-        "discarding" if otlp is None else "otlp",
+        "discarding" if otlp is None else ("otlp, idle providers" if idle_providers else "otlp"),
         guarded,
         _median(ratios),
         (min(ratios), max(ratios)),
@@ -880,7 +891,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"ratio {o.ratio:.3f} ({_bounds(o.ratio, *bounds[o.profile])})"
         )
 
-    def process_row(p: ProcessCost, target: float) -> None:
+    def process_row(p: ProcessCost, target: float | None) -> None:
         print(
             f"   {_label(p.profile, p.arm):<18} ratio {p.ratio:.3f} "
             f"(pairs {p.ratios[0]:.3f}-{p.ratios[1]:.3f}; {_bounds(p.ratio, target)})"
@@ -921,6 +932,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         for p in otlp_costs:
             process_row(p, TARGET_PROCESS_OTLP)
+        print(
+            "   the same, where the arm without the guard has the same OTLP metric and log "
+            "providers, idle (no target)"
+        )
+        idle_costs = [
+            measure_process(
+                workload.TOOL_HEAVY,
+                process_prompts,
+                process_block,
+                process_pairs,
+                arm,
+                endpoint,
+                idle_providers=True,
+            )
+            for arm in guarded_arms
+        ]
+        for p in idle_costs:
+            process_row(p, None)
+        otlp_costs += idle_costs
     process_costs += otlp_costs
     print(
         "   the null sink received: "
