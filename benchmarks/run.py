@@ -497,7 +497,7 @@ def measure_process(
 class IgnoredSpanCost:
     arm: str
     nanoseconds_over_floor: float  # per span, median over repetitions
-    floor_over_bare: float  # per span: what the empty processor itself adds to a bare provider
+    floor_over_bare: float  # per span, median of the paired differences: the empty processor itself
 
 
 def measure_ignored(
@@ -524,10 +524,16 @@ def measure_ignored(
         order = names if r % 2 == 0 else list(reversed(names))
         for name in order:
             times[name].append(run(arms[name]))
-    per_span = {name: _median(t) / spans_per_round for name, t in times.items()}
-    floor = per_span["floor"]
+    # Paired: each round's arms ran back to back, so a difference within a round cancels the
+    # machine's slower and faster moments; the figure is the median of those differences.
+    floor = times["floor"]
+
+    def over(name: str, base: list[int]) -> float:
+        return _median([a - b for a, b in zip(times[name], base, strict=True)]) / spans_per_round
+
+    floor_over_bare = -over("without", floor)
     return [
-        IgnoredSpanCost(name, per_span[name] - floor, floor - per_span["without"])
+        IgnoredSpanCost(name, over(name, floor), floor_over_bare)
         for name in names
         if name not in ("without", "floor")
     ]
@@ -837,13 +843,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         pairs, repeats = 20, 5
         process_prompts, process_block, process_pairs = 60, 10, 6
-        ignored_spans, ignored_rounds = 2_000, 6
+        ignored_spans, ignored_rounds = 1_000, 12
         span_count, span_rounds = 2_000, 5
         memory_prompts, replay_spans, replay_repeats = 1_000, 20_000, 1
     else:
         pairs, repeats = 200, 15
         process_prompts, process_block, process_pairs = 200, 20, 30
-        ignored_spans, ignored_rounds = 5_000, 30
+        ignored_spans, ignored_rounds = 2_000, 75
         span_count, span_rounds = 10_000, 20
         memory_prompts, replay_spans, replay_repeats = DEFAULT_MAX_PROMPTS, 200_000, 3
 
