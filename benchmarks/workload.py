@@ -93,6 +93,12 @@ def filler_spans(count: int, seed: int = 5) -> list[tuple[str, dict[str, Any]]]:
     return [_filler(rng, i // 3, i) for i in range(count)]
 
 
+def unclaimed_spans(count: int, seed: int = 5) -> list[tuple[str, dict[str, Any]]]:
+    """``count`` spans no profile claims (HTTP requests and file reads, no model calls)."""
+    rng = random.Random(seed)
+    return [_filler(rng, i // 2, 1 + i % 2) for i in range(count)]
+
+
 def _outcome(rng: random.Random, fail: bool, error_type: str) -> dict[str, Any]:
     if not fail:
         return {"acp.tool.status": "success", "acp.tool.execution.status": "success"}
