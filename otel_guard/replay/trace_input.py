@@ -170,12 +170,16 @@ class Source:
         stdin: IO[bytes] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         chunk_bytes: int = CHUNK_BYTES,
+        byte_range: tuple[int, int] | None = None,
     ) -> None:
         self.path = path
         self._stdin = stdin
         self._limit = max_record_bytes
         self._chunk = chunk_bytes
         self._raw: _Peekable | None = None
+        self._range = byte_range
+        self.newlines = 0
+        """Newlines read so far (of a byte range: the lines before the next range)."""
 
     @property
     def consumed(self) -> int:
@@ -198,7 +202,31 @@ class Source:
         except OSError as error:
             raise MalformedInput(path, None, f"cannot read ({error.strerror or error})") from None
         with opened:
+            if self._range is not None:
+                yield from self._range_records(opened, *self._range)
+                return
             yield from self._records(opened)
+
+    def _range_records(self, stream: IO[bytes], start: int, end: int) -> Iterator[Record]:
+        """The JSON lines of bytes ``start`` to ``end`` of a plain file whose content is JSON
+        lines (:mod:`otel_guard.replay.shards` splits such files at line boundaries); line
+        numbers count from the range's first line."""
+        left = end - start
+
+        def read(size: int) -> bytes:
+            nonlocal left
+            if left <= 0:
+                return b""
+            data = stream.read(min(size, left))
+            left -= len(data)
+            return data
+
+        try:
+            stream.seek(start)
+        except OSError as error:
+            raise MalformedInput(self.path, None, _read_error(error, "")) from None
+        self._raw = _Peekable(read)
+        yield from self._lines(self._raw, "")
 
     def _records(self, stream: IO[bytes]) -> Iterator[Record]:
         path = self.path
@@ -274,6 +302,7 @@ class Source:
                 size = 0
                 yield Record(number, line, "json")
                 position = newline + 1
+        self.newlines = number
         if pieces:
             yield Record(number + 1, b"".join(pieces), "json")
 
