@@ -58,10 +58,10 @@ from otel_guard.replay.recorded import (
 from otel_guard.replay.replayer import Replayer, prompt_key
 from otel_guard.replay.report import merge_reports
 from otel_guard.replay.trace_input import (
-    _TEXT_STARTS,
     DEFAULT_MAX_RECORD_BYTES,
     GZIP_MAGIC,
     STDIN,
+    TEXT_STARTS,
     ZSTD_MAGIC,
     Source,
 )
@@ -211,7 +211,7 @@ def splittable(path: str) -> bool:
         return False  # read (and reported) by the whole-input way
     if head.startswith(GZIP_MAGIC) or head == ZSTD_MAGIC:
         return False
-    return not head or head[0] in _TEXT_STARTS
+    return not head or head[0] in TEXT_STARTS
 
 
 def plan(files: Sequence[str], jobs: int, range_bytes: int = RANGE_BYTES) -> list[Piece] | None:

@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
     "MAX_EMPTY_FRAMES",
     "STDIN",
+    "TEXT_STARTS",
     "MalformedInput",
     "Record",
     "Source",
@@ -57,7 +58,8 @@ CHUNK_BYTES: Final = 1024 * 1024
 GZIP_MAGIC: Final = b"\x1f\x8b"
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 _LENGTH_BYTES: Final = 4
-_TEXT_STARTS: Final = frozenset(b"{ \t\r\n\x0b\x0c")
+TEXT_STARTS: Final = frozenset(b"{ \t\r\n\x0b\x0c")
+"""First bytes of JSON-lines content (any other first byte means length-prefixed frames)."""
 _NON_BLANK: Final = re.compile(rb"[^ \t\r\n\x0b\x0c]").search
 
 RecordKind = Literal["json", "proto"]
@@ -256,7 +258,7 @@ class Source:
             raise MalformedInput(path, 1, _read_error(error, compression)) from None
         if not first:
             return
-        if first[0] in _TEXT_STARTS:
+        if first[0] in TEXT_STARTS:
             yield from self._lines(content, compression)
         else:
             yield from self._frames(content, compression)
