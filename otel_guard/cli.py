@@ -135,15 +135,15 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--html",
         metavar="FILE",
-        help="also write a self-contained HTML report with plots (needs the html extra; "
-        "implies --sweep)",
+        help="also write a self-contained HTML report with plots (opens offline; implies --sweep)",
     )
     replay.add_argument(
         "--jobs",
         type=_positive,
         default=1,
         metavar="N",
-        help="replay in N processes, each owning a shard of the prompts (default 1)",
+        help="replay in N processes, each owning a shard of the prompts; plain JSON-lines files "
+        "are decoded in byte ranges split among them, other input is read by each (default 1)",
     )
     replay.add_argument(
         "--allow-empty",

@@ -29,6 +29,7 @@ import pickle
 import queue
 import stat
 import threading
+import time
 import zlib
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
@@ -266,10 +267,15 @@ class Decoded:
     """The input error that stopped the range: (line within the range, message)."""
     payloads: list[bytes]
     """One per shard: the pickled lines of compact spans and placeholders for that shard."""
+    sent: int = 0
+    """Compact spans in the payloads: a span a range sends to every shard counts once each."""
+    cpu: float = 0.0
+    """CPU seconds of the decoding (for benchmarks)."""
 
 
 def decode_range(piece: Piece, count: int, limit: int = DEFAULT_MAX_RECORD_BYTES) -> Decoded:
     """Decode the lines of one range, and sort its spans into ``count`` shards' payloads."""
+    began = time.process_time()
     source = Source(piece.path, max_record_bytes=limit, byte_range=(piece.start, piece.end))
     interner = Interner()
     resources: dict[int, int] = {}  # id(resource) -> index in resource_list
@@ -329,7 +335,8 @@ def decode_range(piece: Piece, count: int, limit: int = DEFAULT_MAX_RECORD_BYTES
         )
         for index in range(count)
     ]
-    return Decoded(newlines, decoded, error, payloads)
+    sent = sum(1 for shard in lines for entries, _ in shard for e in entries if type(e) is tuple)
+    return Decoded(newlines, decoded, error, payloads, sent, time.process_time() - began)
 
 
 def _shard_of(key: str, count: int) -> int:
@@ -446,7 +453,8 @@ def _reduce(
             if not payload:
                 break
             rebuilder.add(payload)
-        connection.send((replayer.finish().to_json(), rebuilder.mismatch))
+        document = replayer.finish().to_json()
+        connection.send((document, rebuilder.mismatch, time.process_time()))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         return
 
@@ -460,6 +468,13 @@ class RangeReplay:
     mismatch: bool
     decoded_lines: list[int]
     """Lines decoded, per range, in read order (each line of the input once)."""
+    sent: int = 0
+    """Compact spans handed to the shards (the spans read, plus one per extra shard for a span
+    whose range did not name its trace's prompt)."""
+    decoding_cpu: float = 0.0
+    """CPU seconds of the decoding processes, all ranges together."""
+    replaying_cpu: tuple[float, ...] = ()
+    """CPU seconds of each replaying process."""
 
 
 def replay_ranges(
@@ -492,6 +507,8 @@ def replay_ranges(
         feeder.start()
     error: str | None = None
     decoded_lines: list[int] = []
+    sent = 0
+    decoding_cpu = 0.0
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             ahead: deque[Future[Decoded]] = deque()
@@ -506,6 +523,8 @@ def replay_ranges(
                     ahead.append(pool.submit(decode_range, following, jobs))
                 result = ahead.popleft().result()
                 decoded_lines.append(result.lines)
+                sent += result.sent
+                decoding_cpu += result.cpu
                 for q, payload in zip(queues, result.payloads, strict=True):
                     q.put(payload)
                 offset = offsets.get(piece.file_index, 0)
@@ -531,7 +550,8 @@ def replay_ranges(
             connection.close()
     document = merge_reports([outcome[0] for outcome in outcomes])
     mismatch = any(outcome[1] for outcome in outcomes)
-    return RangeReplay(document, error, mismatch, decoded_lines)
+    replaying = tuple(outcome[2] for outcome in outcomes)
+    return RangeReplay(document, error, mismatch, decoded_lines, sent, decoding_cpu, replaying)
 
 
 def _feed(payloads: queue.Queue[bytes], connection: Connection) -> None:
