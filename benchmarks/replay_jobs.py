@@ -8,11 +8,14 @@ Each run is ``otel-guard replay --format json FILE`` in a fresh process (start-u
 runs of different job counts interleaved so that a busy machine slows them alike; the medians
 are reported, with the CPU time of the run and its children. The reports must be identical.
 
-On a shared machine, wall time says more about the neighbours than about the replay. So each
-shard of ``--jobs N`` is also run alone, in a fresh process (start-up included), and its CPU
-time reported (the smallest of the runs, the least disturbed): with N cores to itself, the
-replay takes as long as its slowest shard, and ``one job CPU / slowest shard CPU`` is the
-speed-up the cores would give.
+On a shared machine, wall time says more about the neighbours than about the replay. So
+``--jobs N`` is also run in this process (:func:`otel_guard.replay.shards.replay_ranges`) and
+the CPU time of each of its processes reported: the decoding of the byte ranges (all ranges
+together, spread over N processes) and each replaying process. With N cores to itself the run
+takes at least ``max(all CPU / N, slowest replaying process)``; that bound over one job's CPU is
+the wall ratio the cores would give, printed beside the measured one.
+
+Last, the size of the ``replay --html`` page of a 20,000-span file of the same workload.
 """
 
 from __future__ import annotations
@@ -53,20 +56,35 @@ def _run(path: Path, jobs: int) -> tuple[float, float, dict[str, Any]]:
     return elapsed, _children_cpu() - cpu, report
 
 
-_SHARD = """
-import gc, sys
+_RANGES = """
+import json, sys, time
 from otel_guard.cli import _bulk_collection
-from otel_guard.replay.shards import replay_shard
+from otel_guard.replay.shards import plan, replay_ranges
 with _bulk_collection():
-    replay_shard([sys.argv[1]], "shadow", {}, int(sys.argv[2]), int(sys.argv[3]))
+    began = time.process_time()
+    pieces = plan([sys.argv[1]], int(sys.argv[2]))
+    ranged = replay_ranges(pieces, "shadow", {}, int(sys.argv[2]))
+    main = time.process_time() - began
+print(json.dumps([main, ranged.decoding_cpu, list(ranged.replaying_cpu), ranged.sent]))
 """
 
 
-def _run_shard(path: Path, index: int, jobs: int) -> float:
-    cpu = _children_cpu()
-    command = [sys.executable, "-c", _SHARD, str(path), str(index), str(jobs)]
-    subprocess.run(command, check=True)
-    return _children_cpu() - cpu
+def _run_ranges(path: Path, jobs: int) -> tuple[float, float, list[float], int]:
+    """CPU seconds of the main process, of the decoding, of each replaying process; spans sent."""
+    command = [sys.executable, "-c", _RANGES, str(path), str(jobs)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    main, decoding, replaying, sent = json.loads(done.stdout)
+    return main, decoding, replaying, sent
+
+
+def _page_size(directory: str) -> int:
+    path = Path(directory) / "page.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        workload.write_otlp_json(out, workload.TOOL_HEAVY, 20_000)
+    page = Path(directory) / "page.html"
+    command = [sys.executable, "-m", "otel_guard", "replay", "--html", str(page), str(path)]
+    subprocess.run(command, check=True, capture_output=True)
+    return page.stat().st_size
 
 
 def main() -> int:
@@ -86,31 +104,37 @@ def main() -> int:
         print(f"replay --jobs: {written:,} spans ({size:.0f} MiB OTLP/JSON), {cores} cores")
         times: dict[int, list[tuple[float, float]]] = {jobs: [] for jobs in args.jobs}
         reports: dict[int, dict[str, Any]] = {}
-        shard_cpu: dict[tuple[int, int], list[float]] = {}
+        parts: dict[int, list[tuple[float, float, list[float], int]]] = {}
         for _ in range(repeats):
             for jobs in args.jobs:
                 elapsed, cpu, reports[jobs] = _run(path, jobs)
                 times[jobs].append((elapsed, cpu))
-                for index in range(jobs if jobs > 1 else 0):
-                    shard_cpu.setdefault((jobs, index), []).append(_run_shard(path, index, jobs))
+                if jobs > 1:
+                    parts.setdefault(jobs, []).append(_run_ranges(path, jobs))
+        page = _page_size(directory)
     base = None
     for jobs in args.jobs:
         wall = statistics.median(t[0] for t in times[jobs])
         cpu = statistics.median(t[1] for t in times[jobs])
-        rate = written / wall
-        base = base or rate
+        base = base or wall
         print(
-            f"  --jobs {jobs}: {wall:6.2f} s wall, {cpu:6.2f} s CPU, {rate:9,.0f} spans/s"
-            f"  ({rate / base:.2f}x)"
+            f"  --jobs {jobs}: {wall:6.2f} s wall ({wall / base:.2f} of the first), {cpu:6.2f} s"
+            f" CPU, {written / cpu:9,.0f} spans/s of CPU"
         )
     one_cpu = min(t[1] for t in times[1]) if 1 in times else None
-    for jobs in args.jobs:
-        if jobs == 1:
-            continue
-        cpus = [min(shard_cpu[jobs, index]) for index in range(jobs)]
-        shown = ", ".join(f"{cpu:.2f}" for cpu in cpus)
-        speedup = f" ({one_cpu / max(cpus):.2f}x one job's {one_cpu:.2f} s)" if one_cpu else ""
-        print(f"  --jobs {jobs}: each shard alone, CPU s: {shown}{speedup}")
+    for jobs, runs in parts.items():
+        # The least disturbed run: the smallest total CPU.
+        main, decoding, replaying, sent = min(runs, key=lambda r: r[0] + r[1] + sum(r[2]))
+        total = main + decoding + sum(replaying)
+        bound = max(total / jobs, max(replaying))
+        shown = ", ".join(f"{cpu:.2f}" for cpu in replaying)
+        ratio = f", {bound / one_cpu:.2f} of one job's {one_cpu:.2f} s CPU" if one_cpu else ""
+        print(
+            f"  --jobs {jobs} in parts, CPU s: main {main:.2f}, decoding {decoding:.2f},"
+            f" replaying {shown}; spans sent {sent:,}; with {jobs} free cores at least"
+            f" {bound:.2f} s{ratio}"
+        )
+    print(f"  replay --html page of 20,000 spans: {page / 1e6:.3f} MB")
     same = all(report == reports[args.jobs[0]] for report in reports.values())
     print(f"  reports identical: {same}")
     return 0 if same else 1

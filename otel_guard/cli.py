@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.util
 import json
 import shutil
 import sys
@@ -136,15 +135,15 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--html",
         metavar="FILE",
-        help="also write a self-contained HTML report with plots (needs the html extra; "
-        "implies --sweep)",
+        help="also write a self-contained HTML report with plots (opens offline; implies --sweep)",
     )
     replay.add_argument(
         "--jobs",
         type=_positive,
         default=1,
         metavar="N",
-        help="replay in N processes, each owning a shard of the prompts (default 1)",
+        help="replay in N processes, each owning a shard of the prompts; plain JSON-lines files "
+        "are decoded in byte ranges split among them, other input is read by each (default 1)",
     )
     replay.add_argument(
         "--allow-empty",
@@ -244,8 +243,6 @@ def _bulk_collection() -> Iterator[None]:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    if args.html is not None and not _html_available():
-        return EXIT_USAGE
     options: dict[str, Any] = {
         "threshold": args.threshold,
         "batch_threshold": args.batch_threshold,
@@ -397,19 +394,7 @@ def _silence_stdout() -> None:
         pass
 
 
-def _html_available() -> bool:
-    if importlib.util.find_spec("plotly") is None:
-        print(
-            "--html needs plotly: pip install 'otel-guard[html]'",
-            file=sys.stderr,
-        )
-        return False
-    return True
-
-
 def _merge(paths: Sequence[str], output_format: str, html: str | None, allow_empty: bool) -> int:
-    if html is not None and not _html_available():
-        return EXIT_USAGE
     from otel_guard.replay.report_schema import InvalidReport, load_report
 
     documents = []

@@ -1,7 +1,7 @@
 """The HTML replay report, opened offline in a real headless Chromium (the ``browser`` extra).
 
-Skipped without plotly (the ``html`` extra), Playwright's Python package, or a system Chromium;
-no browser is ever downloaded: Playwright drives the system one by its path.
+Skipped without Playwright's Python package or a system Chromium; no browser is ever
+downloaded: Playwright drives the system one by its path.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from harness import FAIL, OK, Harness
 from otel_guard.cli import main
 from otel_guard.replay.otlp_json import encode_request
 
-pytest.importorskip("plotly", reason="the html extra (plotly) is not installed")
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="the browser extra (playwright) is not installed"
 )
@@ -83,27 +82,33 @@ def open_page(path: Path, screenshot: Path | None = None) -> dict[str, Any]:
 
             page.route("**/*", refuse)
             page.goto(path.as_uri(), wait_until="load")
-            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=20_000)
-            seen["plots"] = page.locator(".js-plotly-plot").count()
-            seen["svgs"] = page.locator(".js-plotly-plot .main-svg").count()
+            page.wait_for_selector(".plot .main-svg", timeout=20_000)
+            seen["plots"] = page.locator(".plot").count()
+            seen["svgs"] = page.locator(".plot .main-svg").count()
             seen["traces"] = page.evaluate(
-                "Array.from(document.querySelectorAll('.js-plotly-plot'))"
-                ".map(p => p.data.map(t => t.name))"
+                "Array.from(document.querySelectorAll('.plot'))"
+                ".map(p => Array.from(p.querySelectorAll('.trace')).map(t => t.dataset.name))"
             )
-            seen["markers"] = page.locator(".js-plotly-plot .scatterlayer .point").count()
+            # Markers the browser laid out: drawn, with a size.
+            seen["markers"] = page.evaluate(
+                "Array.from(document.querySelectorAll('.plot .point'))"
+                ".filter(c => c.getBoundingClientRect().width > 0).length"
+            )
             seen["pwned"] = page.evaluate("window.pwned === undefined ? null : window.pwned")
             seen["text"] = page.inner_text("body")
             seen["verdict"] = page.inner_text("#verdict")
             seen["verdict_class"] = page.get_attribute("#verdict", "class")
             seen["cuts"] = page.locator(".cut").all_inner_texts()
             seen["layouts"] = page.evaluate(
-                "Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => ({"
-                "annotations: (p.layout.annotations || []).map(a => a.text),"
-                "shapes: (p.layout.shapes || []).map(s => [s.type, s.x0]),"
-                "yaxes: Object.keys(p._fullLayout).filter(k => /^yaxis/.test(k)).map(k => ({"
-                "  domain: p._fullLayout[k].domain, overlaying: p._fullLayout[k].overlaying,"
-                "  ticks: (p._fullLayout[k]._vals || []).map(v => v.x)})),"
-                "xaxis: p._fullLayout.xaxis.type"
+                "Array.from(document.querySelectorAll('.plot')).map(p => ({"
+                "annotations: Array.from(p.querySelectorAll('.annotation'))"
+                "  .map(a => a.textContent),"
+                "shapes: Array.from(p.querySelectorAll('.shape'))"
+                "  .map(s => [s.dataset.type, Number(s.dataset.x)]),"
+                "yaxes: Array.from(p.querySelectorAll('.yaxis')).map(a => ({"
+                "  domain: JSON.parse(a.dataset.domain), overlaying: null,"
+                "  ticks: JSON.parse(a.dataset.ticks)})),"
+                "xaxis: p.querySelector('.xaxis').dataset.type"
                 "}))"
             )
             seen["first_line"] = page.evaluate(

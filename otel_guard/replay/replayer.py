@@ -679,7 +679,7 @@ def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
     return span.attributes or {}
 
 
-def _prompt_key(span: ReadableSpan) -> str | None:
+def prompt_key(span: ReadableSpan) -> str | None:
     """The prompt ID a span names for routing: ``acp.prompt.id``, or the conversation ID of an
     agent invocation without one."""
     attributes = _attributes_of(span)
@@ -697,7 +697,7 @@ def _prompt_of(span: ReadableSpan, by_id: Mapping[int, _Buffered]) -> str | None
     """The prompt a model-call span belongs to: the nearest ancestor (or itself) naming one."""
     current = span
     for _ in range(64):
-        key = _prompt_key(current)
+        key = prompt_key(current)
         if key is not None:
             return key
         if _attributes_of(current).get(attr.OPERATION_NAME) == attr.INVOKE_AGENT:
@@ -866,6 +866,10 @@ class Replayer:
         if self._shard is not None and trace_id not in self._replayed:
             self._decided.setdefault(trace_id, owned)
 
+    def owns_shard(self, shard: int) -> bool:
+        """Whether this replayer replays shard ``shard`` (the index of a prompt key's shard)."""
+        return self._shard is None or self._shard[0] == shard
+
     def _owns_bytes(self, key: bytes) -> bool:
         if self._shard is None:
             return True
@@ -882,7 +886,7 @@ class Replayer:
         if decided is not None:
             return decided  # by the first prompt key the reader found for it
         # The first prompt named in read order: the same in every process, found early.
-        named = next((k for k in map(_prompt_key, trace.spans_read()) if k is not None), None)
+        named = next((k for k in map(prompt_key, trace.spans_read()) if k is not None), None)
         if named is not None:
             return self.owns_key(named)
         return self._owns_bytes(trace_id.to_bytes(16, "big"))

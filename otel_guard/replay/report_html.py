@@ -1,8 +1,8 @@
-"""The replay report as one self-contained HTML page, with plots (the ``html`` extra: plotly).
+"""The replay report as one self-contained HTML page, with plots drawn as inline SVG.
 
-The page needs no server and no network: plotly's JavaScript is inlined once, each plot's data
-is embedded, and every value from the input is escaped (HTML text through :func:`html.escape`,
-plot data as JSON that cannot close its script element). It shows:
+The page needs no server, no network and no JavaScript: each plot is SVG drawn here
+(:mod:`otel_guard.replay.svg_plot`), and every value from the input is escaped with
+:func:`html.escape`, plot labels and hover texts included. It shows:
 
 1. decisions over time (UTC hour of the batch), one line per environment/version and decision;
 2. the threshold sweep: would-stop, stopped and self-recovered prompts, and the tool and model
@@ -17,16 +17,15 @@ and saved calls on axes of their own; the time axis is in hours, or in days beyo
 and an hour (or day) without batches is a gap in the line, not a straight join. Every list cut
 short for the page says how much was cut.
 
-Size: plotly's JavaScript, inlined once so the page opens offline, is most of the page (about
-4.7 MB with plotly 6); the report's own data adds little. The Python package ships only the full
-bundle, so the page is that size whatever the report.
+Size: a few dozen kilobytes plus the report's own data (a plot's points, at most a few thousand),
+where inlining plotly.js made it 4.8 MB (1.2 MB with plotly's smallest official partial bundle,
+still over the 1 MB aimed at); ``tests/test_replay_report.py`` checks the size.
 """
 
 from __future__ import annotations
 
 import datetime
 import html
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -40,6 +39,15 @@ from otel_guard.replay.report import (
     printable,
     verdict,
     verdict_text,
+)
+from otel_guard.replay.svg_plot import (
+    Axis,
+    Panel,
+    Series,
+    date_ticks,
+    integer_ticks,
+    nice_ticks,
+    render,
 )
 
 __all__ = ["render_html"]
@@ -74,13 +82,10 @@ HOURS_SHOWN: Final = 14 * 24
 
 def render_html(document: Mapping[str, Any]) -> str:
     """The page for one replay report (a :func:`~otel_guard.replay.report.merge_reports` doc)."""
-    import plotly.graph_objects as go  # the html extra; imported only when a page is asked for
-    from plotly.subplots import make_subplots
-
-    stops, stops_note = _stops_figure(go, document)
+    stops, stops_note = _stops_figure(document)
     figures = [
-        ("Decisions over time, per environment and version", _decisions_figure(go, document), ""),
-        ("Threshold sweep (what-if)", _sweep_figure(make_subplots, go, document), ""),
+        ("Decisions over time, per environment and version", _decisions_figure(document), ""),
+        ("Threshold sweep (what-if)", _sweep_figure(document), ""),
         ("Would-stop and stopped prompts: batch timelines", stops, stops_note),
     ]
     parts = [
@@ -95,7 +100,6 @@ def render_html(document: Mapping[str, Any]) -> str:
         _summary(document),
         _samples(document),
     ]
-    first = True
     for title, figure, note in figures:
         parts.append(f"<h2>{html.escape(title)}</h2>")
         if note:
@@ -103,14 +107,7 @@ def render_html(document: Mapping[str, Any]) -> str:
         if figure is None:
             parts.append('<p class="note">Nothing to plot in this report.</p>')
             continue
-        parts.append(
-            figure.to_html(
-                full_html=False,
-                include_plotlyjs=first,  # inlined once: the page opens offline
-                config={"displaylogo": False, "responsive": True},
-            )
-        )
-        first = False
+        parts.append(figure)
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -202,14 +199,6 @@ def _samples(document: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def _integer_axis(largest: float) -> dict[str, Any]:
-    """A y axis of whole numbers from 0, with at most about eight ticks."""
-    step = max(1, math.ceil(max(largest, 1) / 8))
-    magnitude = 10 ** max(0, len(str(step)) - 1)
-    step = math.ceil(step / magnitude) * magnitude
-    return {"rangemode": "tozero", "tick0": 0, "dtick": step, "tickformat": ",d"}
-
-
 def _summary(document: Mapping[str, Any]) -> str:
     saved = document.get("saved", {})
     rows: list[tuple[str, object]] = [
@@ -253,7 +242,7 @@ def _hour(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:00Z")
 
 
-def _decisions_figure(go: Any, document: Mapping[str, Any]) -> Any:
+def _decisions_figure(document: Mapping[str, Any]) -> str | None:
     counts: dict[tuple[str, str], dict[datetime.datetime, int]] = {}
     for entry in document.get("timeline", []):
         for decision, count in entry.get("decisions", {}).items():
@@ -275,108 +264,80 @@ def _decisions_figure(go: Any, document: Mapping[str, Any]) -> Any:
                 days[day] = days.get(day, 0) + count
             counts[key] = days
         first = first.replace(hour=0)
-    figure = go.Figure()
     largest = 0
+    drawn = []
     for (label, decision), series in sorted(counts.items()):
         # Every step from the first to the last, None where nothing was decided: a gap.
-        xs, ys = [], []
+        xs: list[float] = []
+        ys: list[float | None] = []
         moment = first
         while moment <= last:
-            xs.append(moment)
+            xs.append(_ms(moment))
             ys.append(series.get(moment))
             moment += step
         largest = max(largest, *series.values())
-        figure.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines+markers",
-                connectgaps=False,
-                name=f"{label}: {decision}",
-                legendgroup=label,
-                line={"color": _DECISION_COLOURS.get(decision)},
-            )
-        )
+        drawn.append(Series(f"{label}: {decision}", xs, ys, colour=_DECISION_COLOURS.get(decision)))
     hourly = step == datetime.timedelta(hours=1)
-    figure.update_layout(
-        xaxis={
-            "title": {"text": "hour (UTC) of the batch" if hourly else "day (UTC) of the batch"},
-            "type": "date",
-            "tickformat": "%Y-%m-%d %H:00" if hourly else "%Y-%m-%d",
-            "dtick": 3_600_000 * max(1, math.ceil(len(xs) / 12))
-            if hourly
-            else 86_400_000 * max(1, math.ceil(len(xs) / 12)),
-            "range": [first - step / 2, last + step / 2],
-        },
-        yaxis={"title": {"text": "decisions"}, **_integer_axis(largest)},
-        height=450,
+    half = _ms(first + step / 2) - _ms(first)
+    x = Axis(
+        "date",
+        _ms(first) - half,
+        _ms(last) + half,
+        date_ticks(_ms(first), _ms(last), half * 2, hourly),
+        "hour (UTC) of the batch" if hourly else "day (UTC) of the batch",
     )
-    return figure
+    ticks = integer_ticks(largest)
+    y = Axis("linear", 0, ticks[-1][0], ticks, "decisions")
+    return render("decisions", x, [Panel(y, drawn)])
 
 
-def _sweep_figure(make_subplots: Any, go: Any, document: Mapping[str, Any]) -> Any:
+def _ms(moment: datetime.datetime) -> float:
+    return moment.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000
+
+
+def _sweep_figure(document: Mapping[str, Any]) -> str | None:
     rows: Sequence[Mapping[str, Any]] = document.get("sweep") or []
     if not rows:
         return None
     thresholds = [row["threshold"] for row in rows]
-    figure = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.08,
-        subplot_titles=("prompts", "calls saved after the stop point"),
-    )
-    prompts_largest = calls_largest = 0
-    for key, name in (
-        ("prompts_would_stop", "would_stop prompts"),
-        ("prompts_stopped", "stopped prompts"),
-        ("self_recovered_after_would_stop", "self-recovered after would_stop"),
-    ):
-        values = [row[key] for row in rows]
-        prompts_largest = max(prompts_largest, *values)
-        figure.add_trace(
-            go.Scatter(x=thresholds, y=values, mode="lines+markers", name=name), row=1, col=1
+    prompts = [
+        Series(name, thresholds, [row[key] for row in rows])
+        for key, name in (
+            ("prompts_would_stop", "would_stop prompts"),
+            ("prompts_stopped", "stopped prompts"),
+            ("self_recovered_after_would_stop", "self-recovered after would_stop"),
         )
-    for key in ("tool_calls", "model_calls"):
-        values = [row["saved"][key] for row in rows]
-        calls_largest = max(calls_largest, *values)
-        figure.add_trace(
-            go.Scatter(
-                x=thresholds,
-                y=values,
-                mode="lines+markers",
-                name=f"saved {key.replace('_', ' ')}",
-                line={"dash": "dot"},
-            ),
-            row=2,
-            col=1,
+    ]
+    calls = [
+        Series(
+            f"saved {key.replace('_', ' ')}",
+            thresholds,
+            [row["saved"][key] for row in rows],
+            dash=True,
         )
+        for key in ("tool_calls", "model_calls")
+    ]
     live = document.get("threshold")
-    if isinstance(live, int):
-        for row in (1, 2):
-            figure.add_vline(x=live, line={"color": "#555", "dash": "dash"}, row=row, col=1)
-        figure.add_annotation(
-            x=live,
-            y=1.0,
-            xref="x",
-            yref="paper",
-            yanchor="bottom",
-            text=f"live threshold {live}",
-            showarrow=False,
-            name="live-threshold",
-        )
+    marks = [float(live)] if isinstance(live, int) else []
+    label = f"live threshold {live}" if marks else ""
+    panels = []
+    for title, series in (("prompts", prompts), ("calls saved after the stop point", calls)):
+        largest = max((v for s in series for v in s.ys if v is not None), default=0)
+        ticks = integer_ticks(largest)
+        y = Axis("linear", 0, ticks[-1][0], ticks)
+        panels.append(Panel(y, series, title, marks, label))
     batch_threshold = rows[0]["batch_threshold"]
-    figure.update_xaxes(tickmode="array", tickvals=thresholds, tickformat="d")
-    figure.update_xaxes(
-        title_text=f"threshold (failures; batch threshold {batch_threshold})", row=2, col=1
+    x = Axis(
+        "linear",
+        min(thresholds) - 0.5,
+        max(thresholds) + 0.5,
+        [(float(t), str(t)) for t in thresholds],
+        f"threshold (failures; batch threshold {batch_threshold})",
     )
-    figure.update_yaxes(**_integer_axis(prompts_largest), row=1, col=1)
-    figure.update_yaxes(**_integer_axis(calls_largest), row=2, col=1)
-    figure.update_layout(height=600, margin={"t": 60})
-    return figure
+    return render("sweep", x, panels, panel_height=230)
 
 
-def _stops_figure(go: Any, document: Mapping[str, Any]) -> tuple[Any, str]:
+def _stops_figure(document: Mapping[str, Any]) -> tuple[str | None, str]:
     total = int(document.get("prompts_would_stop", 0)) + int(document.get("prompts_stopped", 0))
     samples = [
         *document.get("would_stop_prompts", []),
@@ -391,35 +352,41 @@ def _stops_figure(go: Any, document: Mapping[str, Any]) -> tuple[Any, str]:
         if total > len(samples)
         else ""
     )
-    points: dict[str, tuple[list[float], list[str], list[str]]] = {}
+    names: dict[str, int] = {}  # the prompts drawn, top to bottom
+    points: dict[str, tuple[list[float], list[float | None], list[str]]] = {}
     for entry in samples:
         stop = int(entry.get("time_unix_nano", 0))
         name = printable(entry.get("prompt_id"))[:60]
         if entry.get("self_recovered"):
             name += " (recovered)"
+        row = names.setdefault(name, len(names))
         for time_ns, decision, failures, calls in entry.get("batches", []):
             xs, ys, texts = points.setdefault(str(decision), ([], [], []))
-            xs.append((int(time_ns) - stop) / 1e9)
-            ys.append(name)
-            texts.append(f"{decision}: {failures} failures, {calls} calls")
+            seconds = (int(time_ns) - stop) / 1e9
+            xs.append(seconds)
+            ys.append(float(row))
+            texts.append(f"{name} {seconds:.1f} s: {decision}: {failures} failures, {calls} calls")
     if not points:
         return None, note
-    figure = go.Figure()
-    for decision, (xs, ys, texts) in points.items():
-        figure.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                text=texts,
-                mode="markers",
-                name=decision,
-                marker={"size": 10, "color": _DECISION_COLOURS.get(decision)},
-                hovertemplate="%{y}<br>%{x:.1f} s: %{text}<extra></extra>",
-            )
-        )
-    figure.update_layout(
-        xaxis_title="seconds from the stop decision",
-        height=max(300, 40 * len(samples) + 150),
-        yaxis={"type": "category", "autorange": "reversed"},
+    drawn = [
+        Series(decision, xs, ys, colour=_DECISION_COLOURS.get(decision), lines=False, texts=texts)
+        for decision, (xs, ys, texts) in points.items()
+    ]
+    every = [value for xs, _, _ in points.values() for value in xs]
+    low, high = min(every), max(every)
+    pad = max((high - low) * 0.05, 0.5)
+    x = Axis(
+        "linear",
+        low - pad,
+        high + pad,
+        nice_ticks(low - pad, high + pad),
+        "seconds from the stop decision",
     )
-    return figure, note
+    y = Axis(
+        "category",
+        -0.5,
+        len(names) - 0.5,
+        [(float(row), name) for name, row in names.items()],
+        reversed=True,
+    )
+    return render("stops", x, [Panel(y, drawn)], panel_height=max(150, 32 * len(names))), note

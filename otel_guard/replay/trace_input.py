@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
     "MAX_EMPTY_FRAMES",
     "STDIN",
+    "TEXT_STARTS",
     "MalformedInput",
     "Record",
     "Source",
@@ -57,7 +58,8 @@ CHUNK_BYTES: Final = 1024 * 1024
 GZIP_MAGIC: Final = b"\x1f\x8b"
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 _LENGTH_BYTES: Final = 4
-_TEXT_STARTS: Final = frozenset(b"{ \t\r\n\x0b\x0c")
+TEXT_STARTS: Final = frozenset(b"{ \t\r\n\x0b\x0c")
+"""First bytes of JSON-lines content (any other first byte means length-prefixed frames)."""
 _NON_BLANK: Final = re.compile(rb"[^ \t\r\n\x0b\x0c]").search
 
 RecordKind = Literal["json", "proto"]
@@ -170,12 +172,16 @@ class Source:
         stdin: IO[bytes] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         chunk_bytes: int = CHUNK_BYTES,
+        byte_range: tuple[int, int] | None = None,
     ) -> None:
         self.path = path
         self._stdin = stdin
         self._limit = max_record_bytes
         self._chunk = chunk_bytes
         self._raw: _Peekable | None = None
+        self._range = byte_range
+        self.newlines = 0
+        """Newlines read so far (of a byte range: the lines before the next range)."""
 
     @property
     def consumed(self) -> int:
@@ -198,7 +204,31 @@ class Source:
         except OSError as error:
             raise MalformedInput(path, None, f"cannot read ({error.strerror or error})") from None
         with opened:
+            if self._range is not None:
+                yield from self._range_records(opened, *self._range)
+                return
             yield from self._records(opened)
+
+    def _range_records(self, stream: IO[bytes], start: int, end: int) -> Iterator[Record]:
+        """The JSON lines of bytes ``start`` to ``end`` of a plain file whose content is JSON
+        lines (:mod:`otel_guard.replay.shards` splits such files at line boundaries); line
+        numbers count from the range's first line."""
+        left = end - start
+
+        def read(size: int) -> bytes:
+            nonlocal left
+            if left <= 0:
+                return b""
+            data = stream.read(min(size, left))
+            left -= len(data)
+            return data
+
+        try:
+            stream.seek(start)
+        except OSError as error:
+            raise MalformedInput(self.path, None, _read_error(error, "")) from None
+        self._raw = _Peekable(read)
+        yield from self._lines(self._raw, "")
 
     def _records(self, stream: IO[bytes]) -> Iterator[Record]:
         path = self.path
@@ -228,7 +258,7 @@ class Source:
             raise MalformedInput(path, 1, _read_error(error, compression)) from None
         if not first:
             return
-        if first[0] in _TEXT_STARTS:
+        if first[0] in TEXT_STARTS:
             yield from self._lines(content, compression)
         else:
             yield from self._frames(content, compression)
@@ -274,6 +304,7 @@ class Source:
                 size = 0
                 yield Record(number, line, "json")
                 position = newline + 1
+        self.newlines = number
         if pieces:
             yield Record(number + 1, b"".join(pieces), "json")
 

@@ -1,0 +1,172 @@
+"""``--jobs N`` decodes plain input by byte range: each line once, the report of one process."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_replay_shards import replay_json, replay_status, write_prompts
+
+from otel_guard.cli import main
+from otel_guard.replay import shards
+from otel_guard.replay.shards import Piece, plan, replay_ranges
+
+RANGE = 3000  # bytes: the test files are a few dozen KiB, so each file has many ranges
+
+
+@pytest.fixture
+def small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards, "RANGE_BYTES", RANGE)
+
+
+@pytest.fixture(scope="module")
+def two_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """One export split in two files in the middle: traces and prompts cross the file."""
+    directory = tmp_path_factory.mktemp("ranges")
+    whole = write_prompts(directory / "whole.jsonl", 40, per_line=5)
+    lines = whole.read_text(encoding="utf-8").splitlines(keepends=True)
+    first, second = directory / "a.jsonl", directory / "b.jsonl"
+    first.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    # Blank lines too: line numbers count them, ranges may start on one.
+    second.write_text("\n\n" + "".join(lines[len(lines) // 2 :]), encoding="utf-8")
+    return [first, second]
+
+
+def _trace_ids(path: Path, piece: Piece) -> set[str]:
+    with path.open("rb") as stream:
+        stream.seek(piece.start)
+        text = stream.read(piece.end - piece.start).decode("utf-8")
+    return {
+        span["traceId"]
+        for line in text.splitlines()
+        if line.strip()
+        for block in json.loads(line)["resourceSpans"]
+        for scope in block["scopeSpans"]
+        for span in scope["spans"]
+    }
+
+
+def test_jobs_give_the_report_of_one_process_with_traces_across_ranges_and_files(
+    two_files: list[Path], small_ranges: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = [str(path) for path in two_files]
+    pieces = plan(paths, 2, RANGE)
+    assert pieces is not None and len(pieces) > 6
+    assert {piece.file_index for piece in pieces} == {0, 1}
+    # The input does what the test is about: traces whose spans are in several ranges, and
+    # a trace in both files.
+    seen = [_trace_ids(two_files[piece.file_index], piece) for piece in pieces]
+    crossing = [a & b for a, b in itertools.pairwise(seen)]
+    assert sum(1 for common in crossing if common) >= 3
+    last_of_first = max(i for i, piece in enumerate(pieces) if piece.file_index == 0)
+    assert seen[last_of_first] & seen[last_of_first + 1]
+
+    one = replay_json(capsys, "--sweep", *paths)
+    assert one["prompts"] == 40 and one["prompts_would_stop"] == 30
+    for jobs in ("2", "3"):
+        assert replay_json(capsys, "--sweep", "--jobs", jobs, *paths) == one
+    assert main(["replay", "--format", "text", *paths]) == 0
+    text = capsys.readouterr().out
+    assert main(["replay", "--format", "text", "--jobs", "2", *paths]) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_each_line_is_decoded_once_whatever_the_jobs(two_files: list[Path]) -> None:
+    paths = [str(path) for path in two_files]
+    lines = sum(1 for path in two_files for line in path.open() if line.strip())
+    pieces = plan(paths, 2, RANGE)
+    assert pieces is not None
+    ranged = replay_ranges(pieces, "shadow", {}, 2)
+    assert ranged.error is None and not ranged.mismatch
+    # Every range decoded by one process, and every line by one range: the lines decoded add
+    # up to the lines of the input (reading all input in each process would make it twice).
+    assert len(ranged.decoded_lines) == len(pieces)
+    assert sum(ranged.decoded_lines) == lines
+    assert max(ranged.decoded_lines) < lines / 4
+    assert ranged.document["prompts"] == 40
+
+
+def test_a_malformed_line_in_a_later_range_names_its_file_and_line(
+    two_files: list[Path], tmp_path: Path, small_ranges: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = two_files
+    lines = second.read_text(encoding="utf-8").splitlines(keepends=True)
+    bad = len(lines) * 2 // 3  # well inside a later range of the second file
+    lines[bad] = '{"resourceSpans": [{"scopeSpans": [{"spans": [7]}]}]}\n'
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join(lines), encoding="utf-8")
+    pieces = plan([str(first), str(broken)], 2, RANGE)
+    assert pieces is not None
+    assert [p.start for p in pieces if p.file_index == 1].index(0) == 0
+    assert sum(1 for p in pieces if p.file_index == 1 and p.start < broken.stat().st_size) > 2
+
+    code, one, err = replay_status(capsys, str(first), str(broken))
+    message = f"{broken}:{bad + 1}: resourceSpans[0].scopeSpans[0].spans[0]: expected an object"
+    assert (code, err.splitlines()[0]) == (1, message) and one["error"] == message
+    assert one["complete"] is False and one["spans"] > 0
+    for jobs in ("2", "3"):
+        assert replay_status(capsys, "--jobs", jobs, str(first), str(broken)) == (code, one, err)
+
+
+def test_a_file_that_cannot_be_read_stops_the_ranges_as_one_process(
+    two_files: list[Path], tmp_path: Path, small_ranges: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.jsonl"
+    paths = [str(two_files[0]), str(missing)]
+    one = replay_status(capsys, *paths)
+    assert one[0] == 1 and "missing.jsonl: cannot read" in one[2]
+    assert replay_status(capsys, "--jobs", "2", *paths) == one
+
+
+def test_compressed_input_is_read_whole_by_every_process_with_the_same_report(
+    two_files: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    packed = tmp_path / "b.jsonl.gz"
+    packed.write_bytes(gzip.compress(two_files[1].read_bytes()))
+    paths = [str(two_files[0]), str(packed)]
+    assert plan(paths, 2) is None  # a gzip file cannot be split by byte range
+    one = replay_json(capsys, *paths)
+    assert replay_json(capsys, "--jobs", "2", *paths) == one
+
+
+def _span(trace: str, span: str, parent: str, name: str, **attributes: Any) -> dict[str, Any]:
+    return {
+        "traceId": trace,
+        "spanId": span,
+        "parentSpanId": parent,
+        "name": name,
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": "1700000000100000000",
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()],
+    }
+
+
+def test_a_trace_that_names_another_prompt_in_a_later_range_is_replayed_again_whole(
+    tmp_path: Path, small_ranges: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two prompts whose keys fall in different shards of two.
+    first, second = (
+        next(f"prompt-{n}" for n in range(100) if shards._shard_of(f"prompt-{n}", 2) == shard)
+        for shard in (0, 1)
+    )
+    trace = "ab" * 16
+    path = tmp_path / "two-prompts.jsonl"
+    lines = [_span(trace, f"{1:016x}", f"{9:016x}", "early", **{"acp.prompt.id": first})]
+    lines += [_span(trace, f"{n + 2:016x}", f"{9:016x}", "filler") for n in range(60)]
+    lines += [_span(trace, f"{70:016x}", f"{9:016x}", "late", **{"acp.prompt.id": second})]
+    request = {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}
+    with path.open("w", encoding="utf-8") as out:
+        for span in lines:
+            request["resourceSpans"][0]["scopeSpans"][0]["spans"] = [span]
+            out.write(json.dumps(request) + "\n")
+    pieces = plan([str(path)], 2, RANGE)
+    assert pieces is not None and len(pieces) > 2
+    # The last range names the second prompt: it sends the trace's spans to the other shard.
+    assert replay_ranges(pieces, "shadow", {}, 2).mismatch
+    one = replay_status(capsys, str(path))
+    assert one[1]["spans"] == 62
+    assert replay_status(capsys, "--jobs", "2", str(path)) == one
