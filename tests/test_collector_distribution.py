@@ -1,7 +1,9 @@
 """``collector-config/otelcol.yaml``, unchanged, in the real otelcol-guard distribution.
 
 The configuration validates and runs; spans with canaries sent by the Python SDK over OTLP/HTTP
-leave it without them for agent services and unchanged for another service (a second collector
+(in span and event attributes, exceptions, event names, GenAI span names, status messages, span
+links and resource attributes) leave it without them for agent services, and another service's
+plain spans unchanged, links and all (a second collector
 of the distribution stands in for the OTLP/HTTP backend and writes what it receives with the
 ``file`` exporter); and the guard's counters, sent over OTLP, are scraped from its ``prometheus``
 exporter by a real Prometheus on which the repository's rules evaluate.
