@@ -140,8 +140,23 @@ def genai_condition(prefix: str) -> str:
 
 
 def groups(config: dict[str, Any], processor: str, signal: str) -> dict[str, dict[str, Any]]:
+    """A processor's statement groups by context; of two groups of one context, the last."""
     found = config["processors"][processor][signal]
     return {group["context"]: group for group in found}
+
+
+def all_groups(config: dict[str, Any], processor: str, signal: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = config["processors"][processor][signal]
+    return found
+
+
+# Span links' attributes are out of OTTL's reach: a span whose attributes the collector redacts
+# loses its links, counted as dropped, and its status description.
+LINKS_AND_STATUS = [
+    'set(status.message, "")',
+    "set(dropped_links_count, dropped_links_count + Len(links)) where Len(links) > 0",
+    "set(links, nil)",
+]
 
 
 # -- otelcol.yaml: GenAI spans ---------------------------------------------------------------
@@ -190,6 +205,7 @@ def test_genai_spans_get_pseudonyms_classified_errors_and_their_operation_name(
     operations = "|".join(sorted(MODEL_OPERATIONS))
     assert f'IsMatch(attributes["gen_ai.operation.name"], "^(?:{operations})$")' in text
     assert 'set(status.message, "")' in statements
+    assert statements[-1 - len(LINKS_AND_STATUS) : -1] == LINKS_AND_STATUS
 
 
 # -- otelcol.yaml: agent services' other telemetry -------------------------------------------
@@ -205,11 +221,24 @@ def test_the_deny_list_is_exactly_the_registry_in_every_context(otelcol: dict[st
             assert deny_patterns(group["statements"]) == expected, (signal, context)
 
 
+def test_agent_services_spans_lose_links_and_status_messages_too(otelcol: dict[str, Any]) -> None:
+    # Before the deny-list's span group, with its condition: agent services' other spans.
+    spans = [
+        group
+        for group in all_groups(otelcol, "transform/sensitive", "trace_statements")
+        if group["context"] == "span"
+    ]
+    assert len(spans) == 2
+    assert spans[0]["statements"] == LINKS_AND_STATUS
+    assert spans[0]["conditions"] == spans[1]["conditions"]
+
+
 def test_the_deny_list_applies_to_agent_services_only_and_never_to_genai_spans(
     otelcol: dict[str, Any],
 ) -> None:
     for signal in TRANSFORM_CONTEXTS:
-        for context, group in groups(otelcol, "transform/sensitive", signal).items():
+        for group in all_groups(otelcol, "transform/sensitive", signal):
+            context = group["context"]
             (condition,) = group["conditions"]
             prefix = "" if context == "resource" else "resource."
             assert condition.startswith(AGENT_SERVICE.format(prefix)), (signal, context)

@@ -1,7 +1,9 @@
 """``collector-config/otelcol.yaml``, unchanged, in the real otelcol-guard distribution.
 
 The configuration validates and runs; spans with canaries sent by the Python SDK over OTLP/HTTP
-leave it without them for agent services and unchanged for another service (a second collector
+(in span and event attributes, exceptions, event names, GenAI span names, status messages, span
+links and resource attributes) leave it without them for agent services, and another service's
+plain spans unchanged, links and all (a second collector
 of the distribution stands in for the OTLP/HTTP backend and writes what it receives with the
 ``file`` exporter); and the guard's counters, sent over OTLP, are scraped from its ``prometheus``
 exporter by a real Prometheus on which the repository's rules evaluate.
@@ -36,6 +38,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, Status, StatusCode
 
 from otel_guard import GuardSpanProcessor
 from otel_guard.replay.otlp_json import encode_request
@@ -217,17 +220,13 @@ def test_agent_spans_leave_without_canaries_and_other_services_unchanged(
     )
     by_service = spans_out(gateway.traces)
     assert len(by_service[AGENT_SERVICE]) == len(agent_sent)
-    # Span link attributes are out of the transform processor's reach (README: "What the
-    # collector cannot do"): the agent's RedactingSpanExporter removes them. Everything else
-    # must be clean, and the links are where the one known leak is.
-    in_links = {
-        "links": json.dumps([s.get("links", []) for s in by_service[AGENT_SERVICE]]).encode()
-    }
-    assert {place for place, _ in leaks(in_links, FIXED)} == {"mcp_server"}
-    without_links = [
-        {k: v for k, v in s.items() if k != "links"} for s in by_service[AGENT_SERVICE]
-    ]
-    assert leaks({"sink": json.dumps(without_links).encode()}, FIXED) == []
+    # Nothing of any canary is left, links included: the links of agent spans are dropped
+    # (OTTL reaches no link's attributes), and counted.
+    assert leaks({"sink": json.dumps(by_service[AGENT_SERVICE]).encode()}, FIXED) == []
+    linked = [s for s in agent_sent if s.links]
+    assert linked
+    assert all(not s.get("links") for s in by_service[AGENT_SERVICE])
+    assert sum(int(s.get("droppedLinksCount", 0)) for s in by_service[AGENT_SERVICE]) == len(linked)
     (other,) = by_service[OTHER_SERVICE]
     assert other["name"] == "GET /checkout"
     assert {a["key"]: a["value"]["stringValue"] for a in other["attributes"]} == OTHER_ATTRIBUTES
@@ -357,3 +356,235 @@ def test_the_guards_counters_pass_otelcol_yaml_to_prometheus_and_the_rules_evalu
             stop(process)
         tracer_provider.shutdown()
         meter_provider.shutdown()
+
+
+# -- every place of a span: events, links, resource, status ------------------------------------
+
+# One canary per place, each with its own marker, so a leak names where it came from.
+PLACES = {
+    "resource.command_line": "CnryResCmdZq python agent.py --api-key sk-live-9",
+    "resource.command_args": "CnryResArgsZq --api-key",
+    "resource.executable": "CnryResExeZq/home/alice/venv/bin/python",
+    "resource.owner": "CnryResOwnerZq-alice",
+    "resource.content": "CnryResPromptZq You are a helpful assistant",
+    "plain.attribute": "CnryPlainAttrZq SELECT secret FROM notes",
+    "plain.url": "https://internal.example/CnryPlainUrlZq?token=1",
+    "plain.event.attribute": "CnryPlainEventZq stdout of the tool",
+    "plain.exception": "CnryPlainExcZq permission denied for token sk-9",
+    "plain.link": "CnryPlainLinkZq-alice@example.com",
+    "plain.status": "CnryPlainStatusZq: quota exceeded",
+    "genai.name": "CnryGenaiNameZq summarise notes",
+    "genai.event.name": "CnryGenaiEventNameZq said",
+    "genai.event.attribute": "CnryGenaiEventAttrZq the user's notes",
+    "genai.exception": "CnryGenaiExcZq rate limited for sk-8",
+    "genai.link": "CnryGenaiLinkZq reply to the user",
+    "genai.status": "CnryGenaiStatusZq: content filtered",
+}
+
+
+def _marker(value: str) -> str:
+    start = value.index("Cnry")
+    return value[start : value.index("Zq", start) + 2]
+
+
+def place_leaks(data: str) -> list[str]:
+    return [place for place, value in PLACES.items() if _marker(value) in data]
+
+
+def _decoded(value: dict[str, Any]) -> Any:
+    """An OTLP/JSON AnyValue as the SDK holds it (arrays as tuples)."""
+    ((kind, inner),) = value.items()
+    if kind == "arrayValue":
+        return tuple(_decoded(v) for v in inner.get("values", []))
+    if kind == "intValue":
+        return int(inner)
+    return inner
+
+
+def _json_attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {a["key"]: _decoded(a["value"]) for a in items or []}
+
+
+def _sdk_attributes(attributes: Any) -> dict[str, Any]:
+    return {
+        key: tuple(value) if isinstance(value, (list, tuple)) else value
+        for key, value in (attributes or {}).items()
+    }
+
+
+def span_view(span: dict[str, Any]) -> dict[str, Any]:
+    """What a span says, from the file exporter's JSON: the fields the redaction may touch."""
+    status = span.get("status", {})
+    return {
+        "name": span["name"],
+        "attributes": _json_attributes(span.get("attributes")),
+        "events": [
+            (e.get("name", ""), _json_attributes(e.get("attributes")))
+            for e in span.get("events", [])
+        ],
+        "links": [
+            (link["traceId"], link["spanId"], _json_attributes(link.get("attributes")))
+            for link in span.get("links", [])
+        ],
+        "dropped_links": int(span.get("droppedLinksCount", 0)),
+        "status": (int(status.get("code", 0)), status.get("message", "")),
+    }
+
+
+def sdk_view(span: Any) -> dict[str, Any]:
+    """The same view of a span the SDK ended."""
+    return {
+        "name": span.name,
+        "attributes": _sdk_attributes(span.attributes),
+        "events": [(e.name, _sdk_attributes(e.attributes)) for e in span.events],
+        "links": [
+            (
+                f"{link.context.trace_id:032x}",
+                f"{link.context.span_id:016x}",
+                _sdk_attributes(link.attributes),
+            )
+            for link in span.links
+        ],
+        "dropped_links": span.dropped_links,
+        "status": (span.status.status_code.value, span.status.description or ""),
+    }
+
+
+def traces_out(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(resource attributes, span) for every span the sink wrote."""
+    found = []
+    for request in json_lines(path):
+        for resource_spans in request.get("resourceSpans", []):
+            resource = _json_attributes(resource_spans.get("resource", {}).get("attributes"))
+            for scope_spans in resource_spans.get("scopeSpans", []):
+                found.extend((resource, span) for span in scope_spans.get("spans", []))
+    return found
+
+
+def _failure(message: str) -> ValueError:
+    try:
+        raise ValueError(message)
+    except ValueError as exc:
+        return exc
+
+
+def emit_every_place(tracer: Any) -> None:
+    """A GenAI model call and a plain span of the same agent, canaries in every place."""
+    with tracer.start_as_current_span("warm-up") as earlier:
+        pass
+    model = tracer.start_span(
+        f"chat {PLACES['genai.name']}",
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "model-x",
+            "gen_ai.usage.input_tokens": 12,
+        },
+        links=[Link(earlier.get_span_context(), {"gen_ai.prompt": PLACES["genai.link"]})],
+    )
+    model.add_event(
+        PLACES["genai.event.name"],
+        {"gen_ai.prompt": PLACES["genai.event.attribute"], "gen_ai.usage.input_tokens": 12},
+    )
+    model.record_exception(_failure(PLACES["genai.exception"]))
+    model.set_status(Status(StatusCode.ERROR, PLACES["genai.status"]))
+    model.end()
+
+    plain = tracer.start_span(
+        "GET /internal/search",
+        attributes={
+            "http.request.method": "GET",
+            "db.query.text": PLACES["plain.attribute"],
+            "url.full": PLACES["plain.url"],
+            "retry.count": 2,
+        },
+        links=[
+            Link(
+                model.get_span_context(),
+                {"user.id": PLACES["plain.link"], "link.reason": "follows"},
+            )
+        ],
+    )
+    plain.add_event("tool.ran", {"subprocess.stdout": PLACES["plain.event.attribute"], "code": 1})
+    plain.record_exception(_failure(PLACES["plain.exception"]))
+    plain.set_status(Status(StatusCode.ERROR, PLACES["plain.status"]))
+    plain.end()
+
+
+AGENT_RESOURCE = {
+    "service.name": AGENT_SERVICE,
+    "deployment.environment.name": "canary-env",
+    "process.command_line": PLACES["resource.command_line"],
+    "process.command_args": ("python", "agent.py", PLACES["resource.command_args"]),
+    "process.executable.path": PLACES["resource.executable"],
+    "process.owner": PLACES["resource.owner"],
+    "app.system.prompt": PLACES["resource.content"],
+}
+
+
+def test_events_links_resources_and_status_of_agent_services_leave_without_canaries(
+    gateway: Gateway,
+) -> None:
+    memory = InMemorySpanExporter()
+    providers = []
+    for resource in (AGENT_RESOURCE, {**AGENT_RESOURCE, "service.name": OTHER_SERVICE}):
+        provider = TracerProvider(resource=Resource.create(resource))
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        provider.add_span_processor(
+            SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{gateway.otlp_http}/v1/traces"))
+        )
+        emit_every_place(provider.get_tracer("places"))
+        providers.append(provider)
+    for provider in providers:
+        provider.shutdown()
+    sent = {f"{s.context.span_id:016x}": s for s in memory.get_finished_spans()}
+    # Every canary is in what both services sent (events, links and status included).
+    for service in (AGENT_SERVICE, OTHER_SERVICE):
+        views = [
+            (dict(s.resource.attributes), sdk_view(s))
+            for s in sent.values()
+            if s.resource.attributes["service.name"] == service
+        ]
+        assert sorted(place_leaks(repr(views))) == sorted(PLACES), service
+
+    def arrived() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        return [(r, s) for r, s in traces_out(gateway.traces) if s["spanId"] in sent]
+
+    wait_for(
+        "every span at the sink", lambda: len(arrived()) == len(sent), gateway.otelcol.log_tail
+    )
+    agent = [(r, s) for r, s in arrived() if r["service.name"] == AGENT_SERVICE]
+    other = [(r, s) for r, s in arrived() if r["service.name"] == OTHER_SERVICE]
+    assert len(agent) == len(other) == 3
+
+    # The agent service: no canary anywhere, not even a marker.
+    assert place_leaks(json.dumps(agent)) == []
+    resource = agent[0][0]
+    assert resource["deployment.environment.name"] == "canary-env"
+    views = {s["spanId"]: span_view(s) for _, s in agent}
+    by_name = {view["name"]: view for view in views.values()}
+    model, plain = by_name["chat model-x"], by_name["GET /internal/search"]
+    # What carries no content stays: structure, counts, the status code, exception types.
+    assert model["attributes"]["gen_ai.usage.input_tokens"] == 12
+    assert [name for name, _ in model["events"]] == ["redacted", "exception"]
+    assert model["events"][0][1] == {"gen_ai.usage.input_tokens": 12}
+    assert model["events"][1][1]["exception.type"] == "ValueError"
+    assert plain["attributes"] == {"http.request.method": "GET", "retry.count": 2}
+    assert plain["events"][0] == ("tool.ran", {"code": 1})
+    assert plain["events"][1][1]["exception.type"] == "ValueError"
+    assert model["status"] == plain["status"] == (StatusCode.ERROR.value, "")
+    # Span links: their attributes are out of the collector's reach, so an agent service's
+    # spans (and every GenAI span) lose their links, and count them as dropped.
+    assert model["links"] == plain["links"] == []
+    assert model["dropped_links"] == plain["dropped_links"] == 1
+
+    # The other service: its resource and its plain spans exactly as sent, links and all; its
+    # GenAI span gets the allow-list, whichever service sent it.
+    for resource, span in other:
+        original = sent[span["spanId"]]
+        assert resource == _sdk_attributes(original.resource.attributes)
+        view = span_view(span)
+        if view["attributes"].get("gen_ai.operation.name") is None:
+            assert view == sdk_view(original)
+        else:
+            assert place_leaks(json.dumps(span)) == []
+    assert {s["name"] for _, s in other} == {"warm-up", "GET /internal/search", "chat model-x"}

@@ -6,8 +6,10 @@ receiver (``application/json``: the same JSON the ``otlpjsonfile`` receiver read
 guard connector, and out through the ``file`` exporter as metrics and logs. Their decision
 counts per environment and version equal ``otel-guard replay``'s on the same files.
 
-Scale-out: a load-balancing collector routes by agent process to two guard collectors; their
-decisions add up to one guard's on the same input, and every prompt is decided by one of them.
+Scale-out: a load-balancing collector routes by agent process (``service.instance.id``) to two
+guard collectors; each process, every span of it, reaches one of them, their decisions add up to
+one guard's on the same input, and every prompt is decided by one of them. Routed by trace ID
+instead, the same input splits prompts whose batches are separate traces.
 """
 
 from __future__ import annotations
@@ -257,7 +259,11 @@ def metric_counts(path: Path) -> Counter[Group]:
 # -- collectors --------------------------------------------------------------------------------
 
 
-def guard_config(workdir: Path, name: str, http_port: int, grpc_port: int, health: int) -> Path:
+def guard_config(
+    workdir: Path, name: str, http_port: int, grpc_port: int, health: int, keep_spans: bool
+) -> Path:
+    """A guard collector's configuration; with ``keep_spans`` it also writes the spans it got."""
+    traces_exporters = ["repeated_tool_failure_guard"] + (["file/traces"] if keep_spans else [])
     return write_config(
         workdir / f"{name}.yaml",
         {
@@ -279,13 +285,17 @@ def guard_config(workdir: Path, name: str, http_port: int, grpc_port: int, healt
                     "path": str(workdir / f"{name}-logs.jsonl"),
                     "flush_interval": "100ms",
                 },
+                "file/traces": {
+                    "path": str(workdir / f"{name}-traces.jsonl"),
+                    "flush_interval": "100ms",
+                },
             },
             "extensions": health_extension(health),
             "service": {
                 "extensions": ["health_check"],
                 "telemetry": {"metrics": {"level": "none"}},
                 "pipelines": {
-                    "traces": {"receivers": ["otlp"], "exporters": ["repeated_tool_failure_guard"]},
+                    "traces": {"receivers": ["otlp"], "exporters": traces_exporters},
                     "metrics": {
                         "receivers": ["repeated_tool_failure_guard"],
                         "exporters": ["file/metrics"],
@@ -303,11 +313,12 @@ def guard_config(workdir: Path, name: str, http_port: int, grpc_port: int, healt
 class Guard:
     """A guard collector: OTLP in, decisions out to files."""
 
-    def __init__(self, binary: Path, workdir: Path, name: str) -> None:
+    def __init__(self, binary: Path, workdir: Path, name: str, keep_spans: bool = False) -> None:
         self.http_port, self.grpc_port, health = free_port(), free_port(), free_port()
-        config = guard_config(workdir, name, self.http_port, self.grpc_port, health)
+        config = guard_config(workdir, name, self.http_port, self.grpc_port, health, keep_spans)
         self.metrics = workdir / f"{name}-metrics.jsonl"
         self.logs = workdir / f"{name}-logs.jsonl"
+        self.traces = workdir / f"{name}-traces.jsonl"
         self.collector = Collector(binary, [config], workdir, health)
 
     def send(self, *files: Path) -> None:
@@ -378,15 +389,24 @@ def test_openinference_traces_give_replays_decisions(binary: Path, tmp_path: Pat
 # -- scale-out ---------------------------------------------------------------------------------
 
 
-def balancer_config(workdir: Path, http_port: int, health: int, backends: list[str]) -> Path:
+# The balancer of collector-config/README.md: by agent process. The loadbalancing exporter
+# (v0.161.0) routes traces by `traceID`, `service` or `attributes`; `attributes` reads the
+# resource first, so every span of a process, whichever trace it is in, goes to one guard.
+BY_PROCESS = {"routing_key": "attributes", "routing_attributes": ["service.instance.id"]}
+BY_TRACE = {"routing_key": "traceID"}
+INSTANCE = "service.instance.id"
+
+
+def balancer_config(
+    workdir: Path, http_port: int, health: int, backends: list[str], routing: dict[str, Any]
+) -> Path:
     return write_config(
         workdir / "balancer.yaml",
         {
             "receivers": {"otlp": {"protocols": {"http": {"endpoint": f"127.0.0.1:{http_port}"}}}},
             "exporters": {
                 "load_balancing": {
-                    "routing_key": "attributes",
-                    "routing_attributes": ["service.instance.id"],
+                    **routing,
                     "protocol": {"otlp": {"tls": {"insecure": True}}},
                     "resolver": {"static": {"hostnames": backends}},
                 }
@@ -408,52 +428,115 @@ def prompts_by_guard(*guards: Guard) -> list[set[tuple[str, str, str]]]:
     ]
 
 
-def test_two_guards_behind_a_load_balancer_decide_as_one(binary: Path, tmp_path: Path) -> None:
-    files = [genai_traces(tmp_path / "genai.jsonl"), DEMO_TRACES]
+def spans_by_instance(*files: Path) -> Counter[str]:
+    """Spans per ``service.instance.id`` in OTLP/JSON trace files."""
+    counts: Counter[str] = Counter()
+    for file in files:
+        for request in json_lines(file):
+            for resource_spans in request.get("resourceSpans", []):
+                resource = _attributes(resource_spans.get("resource", {}).get("attributes"))
+                for scope_spans in resource_spans.get("scopeSpans", []):
+                    counts[str(resource.get(INSTANCE))] += len(scope_spans.get("spans", []))
+    return counts
+
+
+def scale_out_input(tmp_path: Path) -> list[Path]:
+    """Every profile's traces, with agents whose prompts span several traces (a batch each)."""
+    (tmp_path / "batches").mkdir()
+    files = [
+        genai_traces(tmp_path / "genai.jsonl"),
+        DEMO_TRACES,
+        acp_batches(tmp_path / "batches" / "acp.jsonl", range(4), processes=8),
+    ]
     openinference = openinference_traces(tmp_path / "openinference.jsonl")
     if "openinference" in replay_counts(openinference)[1]["profiles"]:
         files.append(openinference)
-    single_dir, tier_dir = tmp_path / "single", tmp_path / "tier"
-    single_dir.mkdir()
-    tier_dir.mkdir()
-    single = Guard(binary, single_dir, "single")
-    guards: list[Guard] = []
-    balancer: Collector | None = None
-    try:
-        single.send(*files)
-        for name in ("guard-a", "guard-b"):
-            guards.append(Guard(binary, tier_dir, name))
-        http, health = free_port(), free_port()
-        balancer = Collector(
-            binary,
-            [balancer_config(tier_dir, http, health, [f"127.0.0.1:{g.grpc_port}" for g in guards])],
-            tier_dir,
-            health,
-        )
-        send_lines(f"http://127.0.0.1:{http}/v1/traces", *files)
-        want, _ = replay_counts(*files)
-        wait_for("the single guard to decide", settled(lambda: log_counts(single.logs), want))
+    return files
 
-        def tier() -> Counter[Group]:
-            return log_counts(guards[0].logs) + log_counts(guards[1].logs)
 
-        wait_for(
-            "the two guards' decisions to add up to one guard's",
-            settled(tier, want),
-            lambda: f"one: {sorted(want.items())}\ntwo: {sorted(tier().items())}",
-        )
-        a, b = prompts_by_guard(*guards)
-        assert a and b, "the balancer sent every process to one guard"
-        assert not a & b, f"prompts decided by both guards: {sorted(a & b)}"
-        assert a | b == prompts_by_guard(single)[0]
-        wait_for(
-            "the two guards' counters to add up",
-            lambda: metric_counts(guards[0].metrics) + metric_counts(guards[1].metrics) == want,
-        )
-    finally:
-        for collector in [balancer, single.collector, *(g.collector for g in guards)]:
+class Tier:
+    """A load-balancing collector in front of two guard collectors that keep what they got."""
+
+    def __init__(self, binary: Path, workdir: Path, routing: dict[str, Any]) -> None:
+        workdir.mkdir()
+        self.guards: list[Guard] = []
+        self.balancer: Collector | None = None
+        try:
+            for name in ("guard-a", "guard-b"):
+                self.guards.append(Guard(binary, workdir, name, keep_spans=True))
+            self.http, health = free_port(), free_port()
+            backends = [f"127.0.0.1:{g.grpc_port}" for g in self.guards]
+            config = balancer_config(workdir, self.http, health, backends, routing)
+            self.balancer = Collector(binary, [config], workdir, health)
+        except BaseException:
+            self.stop()
+            raise
+
+    def send(self, *files: Path) -> None:
+        send_lines(f"http://127.0.0.1:{self.http}/v1/traces", *files)
+
+    def decisions(self) -> Counter[Group]:
+        return log_counts(self.guards[0].logs) + log_counts(self.guards[1].logs)
+
+    def stop(self) -> None:
+        for collector in [self.balancer, *(g.collector for g in self.guards)]:
             if collector is not None:
                 collector.stop()
+
+
+def test_two_guards_behind_a_load_balancer_decide_as_one(binary: Path, tmp_path: Path) -> None:
+    files = scale_out_input(tmp_path)
+    want, _ = replay_counts(*files)
+    sent = spans_by_instance(*files)
+    single_dir = tmp_path / "single"
+    single_dir.mkdir()
+    single = Guard(binary, single_dir, "single")
+    try:
+        single.send(*files)
+        tier = Tier(binary, tmp_path / "tier", BY_PROCESS)
+        try:
+            tier.send(*files)
+            wait_for("the single guard to decide", settled(lambda: log_counts(single.logs), want))
+            wait_for(
+                "the two guards' decisions to add up to one guard's",
+                settled(tier.decisions, want),
+                lambda: f"one: {sorted(want.items())}\ntwo: {sorted(tier.decisions().items())}",
+            )
+            # Routed by what the README says: each agent process, every span of it, at one guard.
+            received = [spans_by_instance(g.traces) for g in tier.guards]
+            assert received[0] + received[1] == sent
+            assert received[0] and received[1], "the balancer sent every process to one guard"
+            assert not set(received[0]) & set(received[1]), "a process went to both guards"
+            a, b = prompts_by_guard(*tier.guards)
+            assert a and b
+            assert not a & b, f"prompts decided by both guards: {sorted(a & b)}"
+            assert a | b == prompts_by_guard(single)[0]
+            wait_for(
+                "the two guards' counters to add up",
+                lambda: sum((metric_counts(g.metrics) for g in tier.guards), Counter()) == want,
+            )
+        finally:
+            tier.stop()
+    finally:
+        single.collector.stop()
+
+
+def test_routing_by_trace_id_instead_would_split_prompts(binary: Path, tmp_path: Path) -> None:
+    # The control: the same input routed by trace ID sends the batches of one prompt (separate
+    # traces of one process) to both guards, which the test above would catch.
+    files = scale_out_input(tmp_path)
+    tier = Tier(binary, tmp_path / "tier", BY_TRACE)
+    try:
+        tier.send(*files)
+        wait_for(
+            "a prompt decided by both guards",
+            lambda: bool(set.intersection(*prompts_by_guard(*tier.guards))),
+            lambda: str(prompts_by_guard(*tier.guards)),
+        )
+        received = [spans_by_instance(g.traces) for g in tier.guards]
+        assert set(received[0]) & set(received[1])
+    finally:
+        tier.stop()
 
 
 # -- a guard collector that restarts -----------------------------------------------------------
