@@ -158,16 +158,14 @@ def test_exported_event_attributes_are_read_only() -> None:
         ("acp.input.external", "yes, CnryFlagZq", False),
         ("acp.tool.status", "error", True),
         ("acp.tool.status", ["CnryStatusZq"], False),
-        ("acp.tool.status", "CnryStatusZq disk full", False),
         ("acp.tool.type", "mcp", True),
-        ("acp.tool.type", "CnryTypeZq", False),
         ("gen_ai.conversation.id", "conv-123", True),
         ("gen_ai.conversation.id", 42, False),
         ("gen_ai.tool.call.id", "toolu_01ABC", True),
     ],
 )
 def test_a_genai_span_keeps_an_allowed_key_only_when_its_value_has_the_keys_shape(
-    key: str, value: object, kept: bool
+    key: str, value: object, kept: bool | str
 ) -> None:
     out = InMemorySpanExporter()
     attributes = {"gen_ai.operation.name": "chat", key: value}
@@ -336,6 +334,11 @@ def test_the_last_part_of_a_removed_path_is_searched_in_names_even_after_a_trail
         ("acp.batch.admitted", True, -1),
         ("acp.prompt.route", "CnryRouteZq text", "_OTHER"),
         ("acp.prompt.route", "cron", "cron"),
+        # A string outside a closed vocabulary stays a value outside it (replay reads it so:
+        # declared, not missing).
+        ("acp.tool.status", "CnryStatusZq disk full", "_OTHER"),
+        ("acp.tool.type", "CnryTypeZq", "_OTHER"),
+        ("acp.tool.execution.status", "CnryExecZq", "_OTHER"),
     ],
 )
 def test_an_allowed_key_of_the_wrong_shape_is_rewritten_as_the_guard_reads_it(

@@ -885,7 +885,11 @@ class GuardSpanProcessor(SpanProcessor):
         observations, distinct_calls, well_formed = self._observations(batch, context, out)
         self._release(batch)
         admitted = attributes.get(attr.BATCH_ADMITTED)
-        if type(attributes.get(attr.INPUT_RELIABLE)) is not bool or type(admitted) is not int:
+        if (
+            type(attributes.get(attr.INPUT_RELIABLE)) is not bool
+            or type(admitted) is not int
+            or admitted < 0
+        ):
             # Half-written: the drain's reliability (missing means unreliable) or the count.
             out.append(("diagnostic", "missing_attribute", prompt_id, context))
         if batch.missing is not None:

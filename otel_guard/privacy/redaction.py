@@ -305,9 +305,7 @@ class RedactingSpanExporter(SpanExporter):
             # The SDK records exception.escaped as the text "False"; text is kept as read.
             flag = type(value) is bool or (type(value) is str and value in _FLAG_TEXTS)
             return value if flag else _DROP
-        if shape == "vocabulary":
-            return value if type(value) is str and value in rule.values else _DROP
-        if shape == "route":
+        if shape in ("vocabulary", "route"):
             if type(value) is not str:
                 return _DROP
             return value if value in rule.values else UNCLASSIFIED_ERROR_TYPE

@@ -411,10 +411,12 @@ content-free value the guard reads the same way, so replay sees what the guard s
 * ``count``: numbers; ``word``: a short token of letters, digits and ``_.-:/@+``, or a list of
   them; ``flag``: a boolean, or its text ``true``/``false`` (the SDK writes ``exception.escaped``
   so; the guard reads ``is True``);
-* ``vocabulary``: one of :attr:`AllowedKey.values` (the guard reads anything else as missing);
-* ``route``: a route of :attr:`AllowedKey.values` is kept, any other string becomes
-  :data:`UNCLASSIFIED_ERROR_TYPE`'s ``_OTHER`` (still a route other than the interactive one: the
-  prompt stays opted out), anything else is dropped;
+* ``vocabulary``: one of :attr:`AllowedKey.values` is kept, any other string becomes
+  :data:`UNCLASSIFIED_ERROR_TYPE`'s ``_OTHER`` (a value outside the closed set, as it was: a
+  declared but unresolved tool type stays declared, so replay counts no ``missing_attribute``
+  the live guard did not), anything else is dropped (the guard reads it as missing either way);
+* ``route``: as ``vocabulary``; ``_OTHER`` is still a route other than the interactive one, so
+  the prompt stays opted out;
 * ``admitted``: a count that is not negative; any other value becomes ``-1`` (the key's presence
   marks a batch span; a value that is not a count makes the batch incomplete either way);
 * ``call_id``, ``conversation_id``: an identifier: a word of at most 256 characters is kept,

@@ -570,7 +570,7 @@ func (g *Guard) endBatch(s *spans.Span, b *openBatch, now uint64) {
 	}
 	calls := b.calls
 	sortCalls(calls)
-	if !s.Reliable.Set || !s.Admitted.Set {
+	if !s.Reliable.Set || !s.Admitted.Set || s.Admitted.Value < 0 {
 		// Half-written: the drain's reliability (missing means unreliable) or the count.
 		g.diag(telemetry.DiagMissingAttribute, id, s.TraceID, s.SpanID)
 	}
