@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib.util
 import json
 import shutil
 import sys
@@ -192,6 +193,10 @@ def _positive(value: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
+    if getattr(args, "html", None) is not None and importlib.util.find_spec("matplotlib") is None:
+        # Said before the replay runs, not after it: the page's plots need the html extra.
+        print("--html needs matplotlib: install otel-guard[html]", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.command == "demo":
             return _demo(args.mode, args.out)

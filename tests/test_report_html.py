@@ -7,6 +7,7 @@ downloaded: Playwright drives the system one by its path.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -82,16 +83,23 @@ def open_page(path: Path, screenshot: Path | None = None) -> dict[str, Any]:
 
             page.route("**/*", refuse)
             page.goto(path.as_uri(), wait_until="load")
-            page.wait_for_selector(".plot .main-svg", timeout=20_000)
+            page.wait_for_selector(".plot svg", timeout=20_000)
             seen["plots"] = page.locator(".plot").count()
-            seen["svgs"] = page.locator(".plot .main-svg").count()
+            seen["svgs"] = page.locator(".plot svg").count()
+            # Each series (id NAME-trace-I) and the legend text of the same index.
             seen["traces"] = page.evaluate(
-                "Array.from(document.querySelectorAll('.plot'))"
-                ".map(p => Array.from(p.querySelectorAll('.trace')).map(t => t.dataset.name))"
+                "Array.from(document.querySelectorAll('.plot')).map(p => {"
+                "  const name = p.dataset.plot;"
+                "  return Array.from(p.querySelectorAll(`[id^='${name}-trace-']`)).map(t => {"
+                "    const label = p.querySelector("
+                "      '#' + CSS.escape(`${name}-name-${t.id.split('-').pop()}`));"
+                "    return label && label.textContent.trim();"
+                "  });"
+                "})"
             )
             # Markers the browser laid out: drawn, with a size.
             seen["markers"] = page.evaluate(
-                "Array.from(document.querySelectorAll('.plot .point'))"
+                "Array.from(document.querySelectorAll('.plot [id*=\"-trace-\"] use'))"
                 ".filter(c => c.getBoundingClientRect().width > 0).length"
             )
             seen["pwned"] = page.evaluate("window.pwned === undefined ? null : window.pwned")
@@ -99,17 +107,28 @@ def open_page(path: Path, screenshot: Path | None = None) -> dict[str, Any]:
             seen["verdict"] = page.inner_text("#verdict")
             seen["verdict_class"] = page.get_attribute("#verdict", "class")
             seen["cuts"] = page.locator(".cut").all_inner_texts()
+            # Per plot, where the browser laid out its panels, marks and tick labels.
             seen["layouts"] = page.evaluate(
-                "Array.from(document.querySelectorAll('.plot')).map(p => ({"
-                "annotations: Array.from(p.querySelectorAll('.annotation'))"
-                "  .map(a => a.textContent),"
-                "shapes: Array.from(p.querySelectorAll('.shape'))"
-                "  .map(s => [s.dataset.type, Number(s.dataset.x)]),"
-                "yaxes: Array.from(p.querySelectorAll('.yaxis')).map(a => ({"
-                "  domain: JSON.parse(a.dataset.domain), overlaying: null,"
-                "  ticks: JSON.parse(a.dataset.ticks)})),"
-                "xaxis: p.querySelector('.xaxis').dataset.type"
-                "}))"
+                "Array.from(document.querySelectorAll('.plot')).map(p => {"
+                "  const name = p.dataset.plot;"
+                "  const box = e => e.getBoundingClientRect();"
+                "  const middle = e => (box(e).left + box(e).right) / 2;"
+                "  const labels = (axis, title) => Array.from(axis.querySelectorAll('text'))"
+                "    .filter(t => !t.closest(`[id*='-${title}']`))"
+                "    .map(t => ({text: t.textContent.trim(), x: middle(t)}));"
+                "  const xaxis = p.querySelector(`#${name}-xaxis`);"
+                "  return {"
+                "    annotations: Array.from(p.querySelectorAll(`#${name}-annotation`))"
+                "      .map(a => a.textContent.trim()),"
+                "    marks: Array.from(p.querySelectorAll(`[id^='${name}-mark-']`)).map(middle),"
+                "    yaxes: Array.from(p.querySelectorAll(`[id^='${name}-yaxis-']`)).map(a => {"
+                "      const panel = p.querySelector(`#${name}-panel-${a.id.split('-').pop()}`);"
+                "      return {top: box(panel).top, bottom: box(panel).bottom,"
+                "              ticks: labels(a, 'ylabel').map(t => t.text)};"
+                "    }),"
+                "    xticks: xaxis ? labels(xaxis, 'xlabel') : null,"
+                "  };"
+                "})"
             )
             seen["first_line"] = page.evaluate(
                 "document.body.firstElementChild && document.body.firstElementChild.id"
@@ -151,18 +170,21 @@ def test_the_html_report_draws_its_plots_offline_without_console_errors(
     assert seen["first_line"] == "verdict"
     assert seen["verdict"].startswith("verdict: PASS (invariants 0, inputs read completely")
     assert "pass" in seen["verdict_class"]
-    _, sweep_layout, _ = seen["layouts"]
-    # The live threshold is marked on both panels of the sweep.
+    decisions_layout, sweep_layout, _ = seen["layouts"]
+    # The live threshold is marked on both panels of the sweep, at the threshold axis' 8.
     assert "live threshold 8" in sweep_layout["annotations"]
-    assert sweep_layout["shapes"] == [["line", 8], ["line", 8]]
+    (eight,) = [tick["x"] for tick in sweep_layout["xticks"] if tick["text"] == "8"]
+    assert len(sweep_layout["marks"]) == 2
+    assert all(abs(mark - eight) < 1.5 for mark in sweep_layout["marks"]), sweep_layout
     # Prompts and saved calls on y axes of their own that do not overlap, ticking whole numbers.
-    first, second = sweep_layout["yaxes"][:2]
-    assert first["overlaying"] in (None, False, "") and second["overlaying"] in (None, False, "")
-    assert first["domain"][0] >= second["domain"][1] or second["domain"][0] >= first["domain"][1]
+    first, second = sweep_layout["yaxes"]
+    assert first["bottom"] <= second["top"] or second["bottom"] <= first["top"], sweep_layout
     for layout in seen["layouts"][:2]:
         for axis in layout["yaxes"]:
-            assert all(float(tick).is_integer() for tick in axis["ticks"]), axis
-    assert seen["layouts"][0]["xaxis"] == "date"
+            assert axis["ticks"] and all(float(tick).is_integer() for tick in axis["ticks"]), axis
+    # The decisions' time axis is in hours (UTC).
+    hours = [tick["text"] for tick in decisions_layout["xticks"]]
+    assert hours and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:00", hour) for hour in hours)
     assert "Per environment and version" in seen["text"]
 
 

@@ -1,8 +1,10 @@
-"""The replay report as one self-contained HTML page, with plots drawn as inline SVG.
+"""The replay report as one self-contained HTML page, with plots drawn by matplotlib as inline SVG.
 
-The page needs no server, no network and no JavaScript: each plot is SVG drawn here
-(:mod:`otel_guard.replay.svg_plot`), and every value from the input is escaped with
-:func:`html.escape`, plot labels and hover texts included. It shows:
+The page needs no server, no network and no JavaScript: each plot is rendered here to SVG with
+matplotlib's object-oriented :class:`~matplotlib.figure.Figure` (no pyplot state), text kept as
+SVG text (``svg.fonttype = "none"``), and inlined. matplotlib escapes the text it writes into the
+SVG and is told never to read a label as mathtext; everything else from the input is escaped with
+:func:`html.escape`. It shows:
 
 1. decisions over time (UTC hour of the batch), one line per environment/version and decision;
 2. the threshold sweep: would-stop, stopped and self-recovered prompts, and the tool and model
@@ -17,17 +19,32 @@ and saved calls on axes of their own; the time axis is in hours, or in days beyo
 and an hour (or day) without batches is a gap in the line, not a straight join. Every list cut
 short for the page says how much was cut.
 
+The SVG elements the browser test reads carry ids (matplotlib's ``gid``), each beginning with
+the plot's name: ``NAME-trace-I`` a series and ``NAME-name-I`` its legend text, ``NAME-panel-P``
+a panel's background, ``NAME-yaxis-P`` and ``NAME-ylabel-P`` its y axis and that axis' title,
+``NAME-xaxis`` the shared x axis, ``NAME-mark-P`` the live threshold's line on a panel and
+``NAME-annotation`` its label.
+
 Size: a few dozen kilobytes plus the report's own data (a plot's points, at most a few thousand),
-where inlining plotly.js made it 4.8 MB (1.2 MB with plotly's smallest official partial bundle,
-still over the 1 MB aimed at); ``tests/test_replay_report.py`` checks the size.
+where inlining plotly.js made it 4.8 MB (1.19 MB with plotly's smallest official partial bundle,
+still over the 1 MB aimed at); ``tests/test_report_html_size.py`` checks the size.
 """
 
 from __future__ import annotations
 
 import datetime
 import html
+import io
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import matplotlib
+from matplotlib import dates
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from otel_guard.replay.report import (
     GROUP_KEYS,
@@ -39,15 +56,6 @@ from otel_guard.replay.report import (
     printable,
     verdict,
     verdict_text,
-)
-from otel_guard.replay.svg_plot import (
-    Axis,
-    Panel,
-    Series,
-    date_ticks,
-    integer_ticks,
-    nice_ticks,
-    render,
 )
 
 __all__ = ["render_html"]
@@ -80,14 +88,37 @@ HOURS_SHOWN: Final = 14 * 24
 """Hours the decisions plot shows hour by hour; a longer report is drawn day by day."""
 
 
+WIDTH: Final = 11.0
+"""Inches (at 72 points each: the SVG's width in points) of every plot, its legend included."""
+
+MARKERS_UP_TO: Final = 200
+"""Points of a line drawn with a marker each; a longer line is drawn as a line alone (its lone
+points between gaps as small dots), so that two weeks of hourly lines per group stay a small
+page."""
+
+
 def render_html(document: Mapping[str, Any]) -> str:
     """The page for one replay report (a :func:`~otel_guard.replay.report.merge_reports` doc)."""
-    stops, stops_note = _stops_figure(document)
-    figures = [
-        ("Decisions over time, per environment and version", _decisions_figure(document), ""),
-        ("Threshold sweep (what-if)", _sweep_figure(document), ""),
-        ("Would-stop and stopped prompts: batch timelines", stops, stops_note),
-    ]
+    with matplotlib.rc_context(
+        {
+            "svg.fonttype": "none",  # text stays SVG text: small, and the browser's own font
+            "svg.hashsalt": "otel-guard",  # the ids matplotlib derives: same report, same page
+            "text.parse_math": False,  # a "$" from the input is a dollar sign, not mathtext
+            "font.family": "sans-serif",
+            "font.sans-serif": ["DejaVu Sans"],
+            "font.size": 9,
+            "axes.grid": True,
+            "grid.color": "#e4e4e4",
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    ):
+        stops, stops_note = _stops_figure(document)
+        figures = [
+            ("Decisions over time, per environment and version", _decisions_figure(document), ""),
+            ("Threshold sweep (what-if)", _sweep_figure(document), ""),
+            ("Would-stop and stopped prompts: batch timelines", stops, stops_note),
+        ]
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -242,6 +273,43 @@ def _hour(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:00Z")
 
 
+def _svg(name: str, figure: Figure) -> str:
+    """The figure as inline SVG in its ``div.plot`` (the XML prologue and metadata left out)."""
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    svg = buffer.getvalue()
+    return f'<div class="plot" data-plot="{html.escape(name)}">{svg[svg.index("<svg") :]}</div>'
+
+
+def _legend(
+    name: str, axes: Axes, handles: Sequence[Line2D], labels: Sequence[str], first: int
+) -> None:
+    """The series' names right of the panel, each name's text marked ``NAME-name-I``."""
+    legend = axes.legend(
+        list(handles),
+        list(labels),  # given, not read from the lines: a name starting with "_" is kept
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
+    for index, text in enumerate(legend.get_texts(), first):
+        text.set_gid(f"{name}-name-{index}")
+
+
+def _mark_axes(name: str, panels: Sequence[Axes], *, counts: bool = True) -> None:
+    """Ids on the panels and axes; count axes from 0 in whole numbers."""
+    for index, axes in enumerate(panels):
+        axes.patch.set_gid(f"{name}-panel-{index}")
+        axes.yaxis.set_gid(f"{name}-yaxis-{index}")
+        axes.yaxis.label.set_gid(f"{name}-ylabel-{index}")
+        if counts:
+            axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+            axes.ticklabel_format(axis="y", style="plain", useOffset=False)
+            axes.set_ylim(bottom=0)
+    panels[-1].xaxis.set_gid(f"{name}-xaxis")
+    panels[-1].xaxis.label.set_gid(f"{name}-xlabel")
+
+
 def _decisions_figure(document: Mapping[str, Any]) -> str | None:
     counts: dict[tuple[str, str], dict[datetime.datetime, int]] = {}
     for entry in document.get("timeline", []):
@@ -264,35 +332,59 @@ def _decisions_figure(document: Mapping[str, Any]) -> str | None:
                 days[day] = days.get(day, 0) + count
             counts[key] = days
         first = first.replace(hour=0)
-    largest = 0
-    drawn = []
-    for (label, decision), series in sorted(counts.items()):
-        # Every step from the first to the last, None where nothing was decided: a gap.
-        xs: list[float] = []
-        ys: list[float | None] = []
-        moment = first
-        while moment <= last:
-            xs.append(_ms(moment))
-            ys.append(series.get(moment))
-            moment += step
-        largest = max(largest, *series.values())
-        drawn.append(Series(f"{label}: {decision}", xs, ys, colour=_DECISION_COLOURS.get(decision)))
+    steps = [first + step * index for index in range(int((last - first) / step) + 1)]
+    xs = [dates.date2num(moment) for moment in steps]
+    figure = Figure(figsize=(WIDTH, 4.5))
+    axes = figure.subplots()
+    handles, labels = [], []
+    for index, ((label, decision), series) in enumerate(sorted(counts.items())):
+        # Every step from the first to the last, NaN where nothing was decided: a gap.
+        ys = [float(series[moment]) if moment in series else math.nan for moment in steps]
+        many = len(ys) > MARKERS_UP_TO
+        (line,) = axes.plot(
+            xs,
+            ys,
+            color=_DECISION_COLOURS.get(decision),
+            marker=None if many else "o",
+            markersize=3.5,
+            linewidth=1.5,
+            gid=f"decisions-trace-{index}",
+        )
+        if many:
+            # A point between two gaps has no line to show it: a dot of its own.
+            lone = [
+                (x, y)
+                for i, (x, y) in enumerate(zip(xs, ys, strict=True))
+                if not math.isnan(y)
+                and (i == 0 or math.isnan(ys[i - 1]))
+                and (i == len(ys) - 1 or math.isnan(ys[i + 1]))
+            ]
+            if lone:
+                axes.plot(
+                    [x for x, _ in lone],
+                    [y for _, y in lone],
+                    linestyle="none",
+                    marker="o",
+                    markersize=2,
+                    color=line.get_color(),
+                    gid=f"decisions-lone-{index}",
+                )
+        handles.append(line)
+        labels.append(f"{label}: {decision}")
     hourly = step == datetime.timedelta(hours=1)
-    half = _ms(first + step / 2) - _ms(first)
-    x = Axis(
-        "date",
-        _ms(first) - half,
-        _ms(last) + half,
-        date_ticks(_ms(first), _ms(last), half * 2, hourly),
-        "hour (UTC) of the batch" if hourly else "day (UTC) of the batch",
+    every = max(1, math.ceil(len(steps) / 12))
+    axes.xaxis.set_major_locator(
+        dates.HourLocator(interval=every) if hourly else dates.DayLocator(interval=every)
     )
-    ticks = integer_ticks(largest)
-    y = Axis("linear", 0, ticks[-1][0], ticks, "decisions")
-    return render("decisions", x, [Panel(y, drawn)])
-
-
-def _ms(moment: datetime.datetime) -> float:
-    return moment.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000
+    axes.xaxis.set_major_formatter(dates.DateFormatter("%Y-%m-%d %H:00" if hourly else "%Y-%m-%d"))
+    axes.tick_params(axis="x", labelrotation=20)
+    half = (xs[1] - xs[0]) / 2 if len(xs) > 1 else step / datetime.timedelta(days=2)
+    axes.set_xlim(xs[0] - half, xs[-1] + half)
+    axes.set_xlabel("hour (UTC) of the batch" if hourly else "day (UTC) of the batch")
+    axes.set_ylabel("decisions")
+    _mark_axes("decisions", [axes])
+    _legend("decisions", axes, handles, labels, 0)
+    return _svg("decisions", figure)
 
 
 def _sweep_figure(document: Mapping[str, Any]) -> str | None:
@@ -301,7 +393,7 @@ def _sweep_figure(document: Mapping[str, Any]) -> str | None:
         return None
     thresholds = [row["threshold"] for row in rows]
     prompts = [
-        Series(name, thresholds, [row[key] for row in rows])
+        (name, [row[key] for row in rows])
         for key, name in (
             ("prompts_would_stop", "would_stop prompts"),
             ("prompts_stopped", "stopped prompts"),
@@ -309,32 +401,53 @@ def _sweep_figure(document: Mapping[str, Any]) -> str | None:
         )
     ]
     calls = [
-        Series(
-            f"saved {key.replace('_', ' ')}",
-            thresholds,
-            [row["saved"][key] for row in rows],
-            dash=True,
-        )
+        (f"saved {key.replace('_', ' ')}", [row["saved"][key] for row in rows])
         for key in ("tool_calls", "model_calls")
     ]
     live = document.get("threshold")
-    marks = [float(live)] if isinstance(live, int) else []
-    label = f"live threshold {live}" if marks else ""
-    panels = []
-    for title, series in (("prompts", prompts), ("calls saved after the stop point", calls)):
-        largest = max((v for s in series for v in s.ys if v is not None), default=0)
-        ticks = integer_ticks(largest)
-        y = Axis("linear", 0, ticks[-1][0], ticks)
-        panels.append(Panel(y, series, title, marks, label))
+    figure = Figure(figsize=(WIDTH, 5.5))
+    panels = figure.subplots(2, 1, sharex=True)
+    index = 0
+    for panel, (axes, title, series, dashed) in enumerate(
+        (
+            (panels[0], "prompts", prompts, False),
+            (panels[1], "calls saved after the stop point", calls, True),
+        )
+    ):
+        handles, labels, first = [], [], index
+        for name, ys in series:
+            (line,) = axes.plot(
+                thresholds,
+                ys,
+                marker="o",
+                markersize=4,
+                linestyle="--" if dashed else "-",
+                gid=f"sweep-trace-{index}",
+            )
+            handles.append(line)
+            labels.append(name)
+            index += 1
+        axes.set_title(title, loc="left")
+        if isinstance(live, int):
+            axes.axvline(live, color="#555", linestyle=(0, (6, 4)), gid=f"sweep-mark-{panel}")
+        _legend("sweep", axes, handles, labels, first)
+    if isinstance(live, int):
+        panels[0].annotate(
+            f"live threshold {live}",
+            xy=(live, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            gid="sweep-annotation",
+        )
+    panels[1].set_xticks(thresholds)
+    panels[1].set_xlim(min(thresholds) - 0.5, max(thresholds) + 0.5)
     batch_threshold = rows[0]["batch_threshold"]
-    x = Axis(
-        "linear",
-        min(thresholds) - 0.5,
-        max(thresholds) + 0.5,
-        [(float(t), str(t)) for t in thresholds],
-        f"threshold (failures; batch threshold {batch_threshold})",
-    )
-    return render("sweep", x, panels, panel_height=230)
+    panels[1].set_xlabel(f"threshold (failures; batch threshold {batch_threshold})")
+    _mark_axes("sweep", list(panels))
+    return _svg("sweep", figure)
 
 
 def _stops_figure(document: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -353,40 +466,38 @@ def _stops_figure(document: Mapping[str, Any]) -> tuple[str | None, str]:
         else ""
     )
     names: dict[str, int] = {}  # the prompts drawn, top to bottom
-    points: dict[str, tuple[list[float], list[float | None], list[str]]] = {}
+    points: dict[str, tuple[list[float], list[float]]] = {}
     for entry in samples:
         stop = int(entry.get("time_unix_nano", 0))
         name = printable(entry.get("prompt_id"))[:60]
         if entry.get("self_recovered"):
             name += " (recovered)"
         row = names.setdefault(name, len(names))
-        for time_ns, decision, failures, calls in entry.get("batches", []):
-            xs, ys, texts = points.setdefault(str(decision), ([], [], []))
-            seconds = (int(time_ns) - stop) / 1e9
-            xs.append(seconds)
+        for time_ns, decision, _failures, _calls in entry.get("batches", []):
+            xs, ys = points.setdefault(str(decision), ([], []))
+            xs.append((int(time_ns) - stop) / 1e9)
             ys.append(float(row))
-            texts.append(f"{name} {seconds:.1f} s: {decision}: {failures} failures, {calls} calls")
     if not points:
         return None, note
-    drawn = [
-        Series(decision, xs, ys, colour=_DECISION_COLOURS.get(decision), lines=False, texts=texts)
-        for decision, (xs, ys, texts) in points.items()
-    ]
-    every = [value for xs, _, _ in points.values() for value in xs]
-    low, high = min(every), max(every)
-    pad = max((high - low) * 0.05, 0.5)
-    x = Axis(
-        "linear",
-        low - pad,
-        high + pad,
-        nice_ticks(low - pad, high + pad),
-        "seconds from the stop decision",
-    )
-    y = Axis(
-        "category",
-        -0.5,
-        len(names) - 0.5,
-        [(float(row), name) for name, row in names.items()],
-        reversed=True,
-    )
-    return render("stops", x, [Panel(y, drawn)], panel_height=max(150, 32 * len(names))), note
+    figure = Figure(figsize=(WIDTH, max(2.2, 0.3 * len(names) + 1.2)))
+    axes = figure.subplots()
+    handles, labels = [], []
+    for index, (decision, (xs, ys)) in enumerate(points.items()):
+        (line,) = axes.plot(
+            xs,
+            ys,
+            linestyle="none",
+            marker="o",
+            markersize=6,
+            color=_DECISION_COLOURS.get(decision),
+            gid=f"stops-trace-{index}",
+        )
+        handles.append(line)
+        labels.append(decision)
+    axes.set_yticks(range(len(names)), list(names))
+    axes.set_ylim(len(names) - 0.5, -0.5)  # the first prompt on top
+    axes.grid(False, axis="y")
+    axes.set_xlabel("seconds from the stop decision")
+    _mark_axes("stops", [axes], counts=False)
+    _legend("stops", axes, handles, labels, 0)
+    return _svg("stops", figure), note
