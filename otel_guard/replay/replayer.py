@@ -765,6 +765,8 @@ class Replayer:
         finished = self._finished
         window = self._window
         read = self._read
+        # Most spans name neither ID: bound_ids is called only for those that do.
+        prompt_id, conversation_id = attr.PROMPT_ID, attr.CONVERSATION_ID
         try:
             for span in spans:
                 # The fields every ReadableSpan sets, read directly: each property is a call.
@@ -800,7 +802,11 @@ class Replayer:
                 if start < trace.start:
                     trace.start = start
                 store = span._attributes
-                if type(store) is Attributes and bound_ids(store):
+                if (
+                    type(store) is Attributes
+                    and (prompt_id in store or conversation_id in store)
+                    and bound_ids(store)
+                ):
                     # Buffered spans keep a fixed-size digest of an over-long ID, not the ID.
                     self.report.bounds["prompt_ids"] += 1
                 parent = span._parent
@@ -948,8 +954,11 @@ class Replayer:
         by_id = trace.spans
         events = _events(list(by_id.values()), by_id)
         model_calls: dict[int, str] = {}
-        for record, *_ in by_id.values():
-            if _attributes_of(record).get(attr.OPERATION_NAME) in attr.MODEL_OPERATIONS:
+        for buffered in by_id.values():
+            record = buffered[0]
+            store = getattr(record, "_attributes", None)  # _attributes_of, inlined: per span
+            attributes = store if type(store) is Attributes else _attributes_of(record)
+            if attributes.get(attr.OPERATION_NAME) in attr.MODEL_OPERATIONS:
                 prompt = _prompt_of(record, by_id)
                 if prompt is not None:
                     model_calls[id(record)] = prompt
