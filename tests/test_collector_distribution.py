@@ -588,3 +588,36 @@ def test_events_links_resources_and_status_of_agent_services_leave_without_canar
         else:
             assert place_leaks(json.dumps(span)) == []
     assert {s["name"] for _, s in other} == {"warm-up", "GET /internal/search", "chat model-x"}
+
+
+def test_free_text_in_section_3_vocabularies_leaves_as_other(gateway: Gateway) -> None:
+    # A value outside a closed vocabulary is said to be one, as the agent's own redactor says it.
+    provider = TracerProvider(resource=Resource.create({"service.name": AGENT_SERVICE}))
+    provider.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{gateway.otlp_http}/v1/traces"))
+    )
+    odd = {
+        "acp.tool.type": "CnryVocabTypeZq",
+        "acp.tool.status": "CnryVocabStatusZq disk full",
+        "acp.tool.execution.status": "CnryVocabExecZq",
+    }
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.call.id": "vocab-1",
+        **odd,
+    }
+    provider.get_tracer("agent").start_span("execute_tool", attributes=attributes).end()
+    provider.shutdown()
+
+    def found() -> list[dict[str, Any]]:
+        return [
+            s
+            for s in spans_out(gateway.traces).get(AGENT_SERVICE, [])
+            if any(a["value"].get("stringValue") == "vocab-1" for a in s.get("attributes", []))
+        ]
+
+    wait_for("the span at the sink", lambda: bool(found()), gateway.otelcol.log_tail)
+    (span,) = found()
+    assert "CnryVocab" not in json.dumps(span)
+    kept = {a["key"]: a["value"].get("stringValue") for a in span["attributes"]}
+    assert {key: kept.get(key) for key in odd} == dict.fromkeys(odd, "_OTHER")
