@@ -145,17 +145,7 @@ class Harness:
 
     def points(self, name: str = DECISIONS_METRIC) -> list[tuple[dict[str, Any], int]]:
         self.guard.force_flush()
-        data = self.metric_reader.get_metrics_data()
-        found: list[tuple[dict[str, Any], int]] = []
-        if data is None:
-            return found
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    if metric.name == name:
-                        for point in metric.data.data_points:
-                            found.append((dict(point.attributes or {}), int(point.value)))  # type: ignore[union-attr]
-        return found
+        return metric_points(self.metric_reader, name)
 
     def decision_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -177,6 +167,22 @@ class Harness:
         if event_name is None:
             return records
         return [r for r in records if r.log_record.event_name == event_name]
+
+
+def metric_points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[str, Any], int]]:
+    """Each data point of the metric ``name`` collected now: its attributes and its value (the
+    guard's metrics are all integer counters)."""
+    data = reader.get_metrics_data()
+    if data is None:
+        return []
+    return [
+        (dict(point.attributes or {}), int(point.value))  # type: ignore[union-attr]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+    ]
 
 
 def decisions_of(records: Iterable[ReadableLogRecord]) -> list[str]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness import metric_points
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
@@ -195,16 +196,7 @@ class Pipeline:
             self.agents[MODES[n % len(MODES)]].prompt(n, MODES[n % len(MODES)])
 
     def series(self, name: str) -> list[tuple[dict[str, Any], int]]:
-        data = self.reader.get_metrics_data()
-        assert data is not None
-        return [
-            (dict(point.attributes or {}), int(point.value))  # type: ignore[union-attr]
-            for rm in data.resource_metrics
-            for sm in rm.scope_metrics
-            for metric in sm.metrics
-            if metric.name == name
-            for point in metric.data.data_points
-        ]
+        return metric_points(self.reader, name)
 
 
 def test_decisions_counter_series_are_bounded_by_the_closed_sets() -> None:

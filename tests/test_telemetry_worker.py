@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import RESOURCE, Harness
+from harness import RESOURCE, Harness, metric_points
 from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
@@ -79,17 +79,8 @@ def test_force_flush_delivers_every_pending_record_and_count() -> None:
 def test_metric_collection_sees_counts_not_yet_flushed() -> None:
     h = Harness(mode="shadow")
     h.failing_batches("p", 3)
-    data = h.metric_reader.get_metrics_data()  # no flush first
-    assert data is not None
-    points = [
-        p.value  # type: ignore[union-attr]
-        for rm in data.resource_metrics
-        for sm in rm.scope_metrics
-        for m in sm.metrics
-        if m.name == DECISIONS_METRIC
-        for p in m.data.data_points
-    ]
-    assert sum(points) == 3
+    points = metric_points(h.metric_reader, DECISIONS_METRIC)  # no flush first
+    assert sum(value for _, value in points) == 3
 
 
 def test_shutdown_delivers_pending_records_and_later_ones_directly() -> None:
@@ -128,17 +119,10 @@ def _providers() -> tuple[MeterProvider, InMemoryMetricReader, LoggerProvider]:
 
 
 def _diagnostic_counts(reader: InMemoryMetricReader) -> dict[str, int]:
-    data = reader.get_metrics_data()
     counts: dict[str, int] = {}
-    assert data is not None
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                if metric.name != DIAGNOSTICS_METRIC:
-                    continue
-                for point in metric.data.data_points:
-                    name = str((point.attributes or {})["diagnostic"])
-                    counts[name] = counts.get(name, 0) + int(point.value)  # type: ignore[union-attr]
+    for attributes, value in metric_points(reader, DIAGNOSTICS_METRIC):
+        name = str(attributes["diagnostic"])
+        counts[name] = counts.get(name, 0) + value
     return counts
 
 
@@ -606,16 +590,7 @@ def test_the_worker_is_a_daemon_so_a_process_that_never_shuts_the_telemetry_down
 
 
 def _observation_total(reader: InMemoryMetricReader) -> int:
-    data = reader.get_metrics_data()
-    assert data is not None
-    return sum(
-        int(point.value)  # type: ignore[union-attr]
-        for rm in data.resource_metrics
-        for sm in rm.scope_metrics
-        for metric in sm.metrics
-        if metric.name == OBSERVATIONS_METRIC
-        for point in metric.data.data_points
-    )
+    return sum(value for _, value in metric_points(reader, OBSERVATIONS_METRIC))
 
 
 def test_observations_are_never_dropped_by_a_full_queue() -> None:

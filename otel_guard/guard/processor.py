@@ -112,6 +112,14 @@ _EMPTY: Mapping[str, Any] = {}
 _SPAN_ID: Final = 1
 # Builds a named tuple from a tuple of its fields without a Python-level call.
 _new = tuple.__new__
+
+
+def _frame(context: SpanContext, span_id: int) -> SpanContext:
+    """The context a diagnostic names for one call span of a batch: the batch's trace ID and
+    flags with the call's span ID (not the trace state, which a record never carries)."""
+    return SpanContext(context.trace_id, span_id, False, context.trace_flags)
+
+
 # Bound once: on_start and on_end run inside every span of the host.
 _OPERATION_NAME = attr.OPERATION_NAME
 _EXECUTE_TOOL = attr.EXECUTE_TOOL
@@ -823,8 +831,7 @@ class GuardSpanProcessor(SpanProcessor):
                     well_formed = False  # a call without an ID cannot prove completeness
                     continue
                 if call_id in call_ids:
-                    # The record carries the trace ID, span ID and flags; not the trace state.
-                    frame = SpanContext(context.trace_id, span_id, False, context.trace_flags)
+                    frame = _frame(context, span_id)
                     out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
                     continue
                 call_ids.add(call_id)
@@ -885,24 +892,15 @@ class GuardSpanProcessor(SpanProcessor):
         observations, distinct_calls, well_formed = self._observations(batch, context, out)
         self._release(batch)
         admitted = attributes.get(attr.BATCH_ADMITTED)
-        if (
-            type(attributes.get(attr.INPUT_RELIABLE)) is not bool
-            or type(admitted) is not int
-            or admitted < 0
-        ):
+        reliable = attributes.get(attr.INPUT_RELIABLE)
+        counted = type(admitted) is int and admitted >= 0
+        if type(reliable) is not bool or not counted:
             # Half-written: the drain's reliability (missing means unreliable) or the count.
             out.append(("diagnostic", "missing_attribute", prompt_id, context))
         if batch.missing is not None:
             for span_id in batch.missing:
-                frame = SpanContext(context.trace_id, span_id, False, context.trace_flags)
-                out.append(("diagnostic", "missing_attribute", prompt_id, frame))
-        complete = (
-            type(admitted) is int
-            and admitted >= 0
-            and not batch.overflow
-            and well_formed
-            and distinct_calls == admitted
-        )
+                out.append(("diagnostic", "missing_attribute", prompt_id, _frame(context, span_id)))
+        complete = counted and not batch.overflow and well_formed and distinct_calls == admitted
         # The named tuples' own constructors are Python calls; tuple.__new__ is not.
         guard_input: GuardInput = _new(
             GuardInput,
@@ -911,7 +909,7 @@ class GuardSpanProcessor(SpanProcessor):
                 _new(Batch, (complete, observations)),
                 attributes.get(attr.INPUT_EXTERNAL) is True,
                 attributes.get(attr.INPUT_QUEUED_PROMPT) is True,
-                attributes.get(attr.INPUT_RELIABLE) is True,
+                reliable is True,
             ),
         )
         return self._decide(prompt_id, prompt, guard_input, span, context, out)
