@@ -8,7 +8,6 @@ translates spans into :class:`GuardInput` and applies the decision's telemetry a
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Literal, NamedTuple, get_args
 
 __all__ = [
@@ -161,18 +160,37 @@ def effective_mode(mode: Mode, enforcement_disabled: bool) -> Mode:
     return mode
 
 
+# Builds a named tuple from a tuple of all its fields without the Python-level ``__new__`` its
+# class defines: the reducer runs inside the agent's span.end(), once per batch.
+_new = tuple.__new__
+
+
 def _reset(state: GuardState, reason: ResetReason, disable: bool = False) -> Decision:
     phase, _, _, _, _, next_ordinal, was_disabled = state
     disabled = was_disabled or disable
     if phase == "idle" and disabled == was_disabled:
-        return Decision("none", state)
-    return Decision("reset", GuardState("idle", None, 0, 0, 0, next_ordinal, disabled), reason)
+        return _new(Decision, ("none", state, None))
+    after = _new(GuardState, ("idle", None, 0, 0, 0, next_ordinal, disabled))
+    return _new(Decision, ("reset", after, reason))
 
 
-@lru_cache(maxsize=1024)
+# Error types already judged: a deployment has few distinct ones, and this runs for every
+# failed call. A plain dictionary (a hit is one look-up, not a call), emptied when it is full.
+_ELIGIBLE_ERROR_TYPES: dict[str, bool] = {}
+_MAX_ELIGIBLE_ERROR_TYPES = 1024
+
+
 def _eligible_error_type(value: str) -> bool:
-    # Cached: a deployment has few distinct error types, and this runs for every failed call.
-    return value != "unknown" and _ERROR_TYPE.fullmatch(value) is not None
+    """``value`` (at most 64 characters: longer ones are never kept here) is a usable error
+    type: section 2's pattern, and not ``unknown``."""
+    known = _ELIGIBLE_ERROR_TYPES.get(value)
+    if known is not None:
+        return known
+    eligible = value != "unknown" and _ERROR_TYPE.fullmatch(value) is not None
+    if len(_ELIGIBLE_ERROR_TYPES) >= _MAX_ELIGIBLE_ERROR_TYPES:
+        _ELIGIBLE_ERROR_TYPES.clear()
+    _ELIGIBLE_ERROR_TYPES[value] = eligible
+    return eligible
 
 
 def reduce(state: GuardState, input: GuardInput) -> Decision:
@@ -191,7 +209,7 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
 
     # 1. Off, or latched until the prompt ends.
     if mode == "off" or phase == "latched":
-        return Decision("none", state)
+        return _new(Decision, ("none", state, None))
 
     # 2-3. Input boundary and completeness.
     if not input_reliable:
@@ -214,6 +232,21 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         if provider_duplicate:
             continue
         counted = True
+        if terminal == "error" and execution == "error":
+            # An execution error, the common case, is asked first (no other branch below takes
+            # it): counted when its tool and error type are usable.
+            if (
+                isinstance(tool, str)
+                and isinstance(error_type, str)
+                and len(error_type) <= 64
+                and _eligible_error_type(error_type)
+                and tool.strip()
+            ):
+                failures.append(_new(FailureKey, (tool, error_type)))
+            else:
+                reasons.add("unknown")
+                disable = True
+            continue
         if terminal == "cancelled":
             reasons.add("cancelled")
         elif execution is None or execution == "unknown":
@@ -235,18 +268,6 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         elif terminal != "error":
             reasons.add("unknown")
             disable = True
-        elif execution == "error":
-            if (
-                not isinstance(tool, str)
-                or not tool.strip()
-                or not isinstance(error_type, str)
-                or len(error_type) > 64
-                or not _eligible_error_type(error_type)
-            ):
-                reasons.add("unknown")
-                disable = True
-            else:
-                failures.append(FailureKey(tool, error_type))
         elif execution == "cancelled":
             reasons.add("cancelled")
         elif execution == "not_started":
@@ -257,7 +278,7 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
             reasons.add("unknown")
             disable = True
     if not counted:
-        return Decision("none", state)
+        return _new(Decision, ("none", state, None))
 
     # 6. Any ineligible outcome resets, by precedence.
     if reasons:
@@ -272,7 +293,7 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
         if current_key is not None and current_key.policy_tool_name in succeeded:
             return _reset(state, "success")
         if succeeded:
-            return Decision("none", state)
+            return _new(Decision, ("none", state, None))
         return _reset(state, "unknown", disable=True)
 
     # 8. One candidate at a time.
@@ -282,12 +303,16 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
 
     # 9. A new key starts a new streak with a new ordinal.
     if key != current_key:
-        return Decision(
-            "tracked",
-            GuardState(
-                "tracking", key, len(remaining), 1, next_ordinal, next_ordinal + 1, disabled
-            ),
+        after = (
+            "tracking",
+            key,
+            len(remaining),
+            1,
+            next_ordinal,
+            next_ordinal + 1,
+            disabled,
         )
+        return _new(Decision, ("tracked", _new(GuardState, after), None))
 
     # 10. The same key continues the streak.
     failure_count += len(remaining)
@@ -301,10 +326,8 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
     else:
         kind = "tracked"
         phase = "tracking"
-    return Decision(
-        kind,
-        GuardState(phase, key, failure_count, batch_count, ordinal, next_ordinal, disabled),
-    )
+    after = (phase, key, failure_count, batch_count, ordinal, next_ordinal, disabled)
+    return _new(Decision, (kind, _new(GuardState, after), None))
 
 
 def reduce_with_thresholds(
