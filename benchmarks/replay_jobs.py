@@ -10,9 +10,9 @@ are reported, with the CPU time of the run and its children. The reports must be
 
 On a shared machine, wall time says more about the neighbours than about the replay. So
 ``--jobs N`` is also run in this process (:func:`otel_guard.replay.shards.replay_ranges`) and
-the CPU time of each of its processes reported: the decoding of the byte ranges (all ranges
-together, spread over N processes) and each replaying process. With N cores to itself the run
-takes at least ``max(all CPU / N, slowest replaying process)``; that bound over one job's CPU is
+the CPU time of each of its processes reported (each decodes its share of the byte ranges and
+replays one shard), with the decoding of all ranges together. With N cores to itself the run
+takes at least ``max(all CPU / N, slowest process)``; that bound over one job's CPU is
 the wall ratio the cores would give, printed beside the measured one.
 
 Last, the size of the ``replay --html`` page of a 20,000-span file of the same workload.
@@ -65,16 +65,17 @@ with _bulk_collection():
     pieces = plan([sys.argv[1]], int(sys.argv[2]))
     ranged = replay_ranges(pieces, "shadow", {}, int(sys.argv[2]))
     main = time.process_time() - began
-print(json.dumps([main, ranged.decoding_cpu, list(ranged.replaying_cpu), ranged.sent]))
+print(json.dumps([main, ranged.decoding_cpu, list(ranged.process_cpu), ranged.sent]))
 """
 
 
 def _run_ranges(path: Path, jobs: int) -> tuple[float, float, list[float], int]:
-    """CPU seconds of the main process, of the decoding, of each replaying process; spans sent."""
+    """CPU seconds of the main process, of the decoding (all processes), of each process; spans
+    sent from one process to another."""
     command = [sys.executable, "-c", _RANGES, str(path), str(jobs)]
     done = subprocess.run(command, check=True, capture_output=True, text=True)
-    main, decoding, replaying, sent = json.loads(done.stdout)
-    return main, decoding, replaying, sent
+    main, decoding, processes, sent = json.loads(done.stdout)
+    return main, decoding, processes, sent
 
 
 def _page_size(directory: str) -> int:
@@ -124,14 +125,14 @@ def main() -> int:
     one_cpu = min(t[1] for t in times[1]) if 1 in times else None
     for jobs, runs in parts.items():
         # The least disturbed run: the smallest total CPU.
-        main, decoding, replaying, sent = min(runs, key=lambda r: r[0] + r[1] + sum(r[2]))
-        total = main + decoding + sum(replaying)
-        bound = max(total / jobs, max(replaying))
-        shown = ", ".join(f"{cpu:.2f}" for cpu in replaying)
+        main, decoding, processes, sent = min(runs, key=lambda r: r[0] + sum(r[2]))
+        total = main + sum(processes)
+        bound = max(total / jobs, max(processes))
+        shown = ", ".join(f"{cpu:.2f}" for cpu in processes)
         ratio = f", {bound / one_cpu:.2f} of one job's {one_cpu:.2f} s CPU" if one_cpu else ""
         print(
-            f"  --jobs {jobs} in parts, CPU s: main {main:.2f}, decoding {decoding:.2f},"
-            f" replaying {shown}; spans sent {sent:,}; with {jobs} free cores at least"
+            f"  --jobs {jobs} in parts, CPU s: main {main:.2f}, processes {shown} (decoding"
+            f" {decoding:.2f} of it); spans sent {sent:,}; with {jobs} free cores at least"
             f" {bound:.2f} s{ratio}"
         )
     print(f"  replay --html page of 20,000 spans: {page / 1e6:.3f} MB")

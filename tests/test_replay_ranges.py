@@ -170,3 +170,26 @@ def test_a_trace_that_names_another_prompt_in_a_later_range_is_replayed_again_wh
     one = replay_status(capsys, str(path))
     assert one[1]["spans"] == 62
     assert replay_status(capsys, "--jobs", "2", str(path)) == one
+
+
+def test_a_process_replays_the_spans_of_its_own_ranges_without_sending_them(
+    two_files: list[Path],
+) -> None:
+    paths = [str(path) for path in two_files]
+    spans = sum(
+        len(scope["spans"])
+        for path in two_files
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+        for block in json.loads(line)["resourceSpans"]
+        for scope in block["scopeSpans"]
+    )
+    pieces = plan(paths, 2, RANGE)
+    assert pieces is not None
+    ranged = replay_ranges(pieces, "shadow", {}, 2)
+    assert ranged.error is None and not ranged.mismatch and ranged.document["spans"] == spans
+    # A span crosses to the other process only when its range's decoder does not replay its
+    # shard (about half of them), or when its range has not named its trace's prompt. Handing
+    # every span from decoders to replayers would send at least as many as were read.
+    assert 0 < ranged.sent < 0.75 * spans
+    assert len(ranged.process_cpu) == 2 and all(cpu > 0 for cpu in ranged.process_cpu)

@@ -1,13 +1,15 @@
 """Replaying in several processes: the input decoded in byte ranges, the prompts in shards.
 
 **Plain JSON-lines files** (the common case) are split at line boundaries into ranges of a few
-MiB (:func:`plan`). A pool of ``jobs`` processes decodes the ranges, each range once
-(:func:`decode_range`), and hands every replaying process, in read order, the compact fields of
-the spans it replays and a placeholder for each of the others (:func:`replay_ranges`). Where a
-range names a trace's prompt, the spans of that trace go to its shard only; the spans of a trace
-not yet named there go to every shard, which routes them as the reader does (the replayer's
-:class:`~otel_guard.replay.otlp_json.Router`). The replaying processes therefore see exactly the
-stream of :func:`replay_shard`.
+MiB (:func:`plan`). Each of ``jobs`` processes decodes every ``jobs``-th range, each range once,
+and replays one shard of the prompts, every range in read order (:func:`replay_ranges`). A range
+a process decodes hands every other process, in one payload, the compact fields of the spans
+that process replays and a placeholder for each of the others; the spans of the decoding
+process's own shard stay as it decoded them. Where a range names a trace's prompt, the spans of
+that trace go to its shard only; the spans of a trace not yet named there go to every shard,
+which routes them as the reader does (the replayer's
+:class:`~otel_guard.replay.otlp_json.Router`). The processes therefore see exactly the stream of
+:func:`replay_shard`.
 
 **Other input** (gzip, zstd, length-prefixed frames; several of them mixed with plain files)
 cannot be split by byte range: :func:`replay_sharded` then lets each process read all input and
@@ -31,9 +33,9 @@ import stat
 import threading
 import time
 import zlib
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import IO, Any, Final
@@ -69,11 +71,9 @@ from otel_guard.replay.trace_input import (
 
 __all__ = [
     "RANGE_BYTES",
-    "Decoded",
     "Piece",
     "RangeReplay",
     "ShardResult",
-    "decode_range",
     "plan",
     "replay_ranges",
     "replay_shard",
@@ -181,12 +181,11 @@ def _replay_reading_all(
 
 # -- byte ranges --------------------------------------------------------------------------------
 
-RANGE_BYTES: Final = 8 * 1024 * 1024
+RANGE_BYTES: Final = 4 * 1024 * 1024
 """The largest range decoded at a time (the smallest is 1 MiB): several per process, so that
 the processes stay busy alike and the ranges in flight stay few."""
 
 _MIN_RANGE_BYTES: Final = 1024 * 1024
-_IN_FLIGHT_PER_JOB: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,94 +248,278 @@ def _line_end(stream: IO[bytes], position: int, size: int) -> int:
         position += len(block)
 
 
-# A span as handed to the process that replays it: name, trace ID, span ID, flags, parent span
-# ID (0 for none), resource index, scope index, attributes, kind, status code, status
+# A span as handed to another process that replays it: name, trace ID, span ID, flags, parent
+# span ID (0 for none), resource index, scope index, attributes, kind, status code, status
 # description, start, end, events (name, attributes, time). A span another shard replays is a
-# placeholder instead: its trace ID for a root, its negated trace ID otherwise.
+# placeholder instead: its trace ID for a root, its negated trace ID otherwise. A span the
+# decoding process replays itself stays the span it decoded.
 _Compact = tuple[Any, ...]
+_Entry = Any  # a RecordedSpan (decoded here), a _Compact (decoded elsewhere) or a placeholder
+_Line = tuple[list[_Entry], list[tuple[int, int]]]
+"""One decoded line for one process: its entries in read order, and the owners the line
+decided (trace ID, shard), as the reader's router decides them."""
+
+_AHEAD: Final = 2
+"""Own ranges a process keeps decoded ahead of the one it replays."""
 
 
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """What :func:`decode_range` tells the main process about its range, and the payloads."""
+@dataclass(slots=True)
+class _Range:
+    """What one process learned of one range: the counts of its lines and the error that
+    stopped it, if any (line within the range, message)."""
 
     newlines: int
-    lines: int
-    """Non-blank lines decoded (the test of each range being decoded once)."""
+    decoded: int
     error: tuple[int | None, str] | None
-    """The input error that stopped the range: (line within the range, message)."""
-    payloads: list[bytes]
-    """One per shard: the pickled lines of compact spans and placeholders for that shard."""
-    sent: int = 0
-    """Compact spans in the payloads: a span a range sends to every shard counts once each."""
-    cpu: float = 0.0
-    """CPU seconds of the decoding (for benchmarks)."""
 
 
-def decode_range(piece: Piece, count: int, limit: int = DEFAULT_MAX_RECORD_BYTES) -> Decoded:
-    """Decode the lines of one range, and sort its spans into ``count`` shards' payloads."""
-    began = time.process_time()
-    source = Source(piece.path, max_record_bytes=limit, byte_range=(piece.start, piece.end))
-    interner = Interner()
-    resources: dict[int, int] = {}  # id(resource) -> index in resource_list
-    resource_list: list[tuple[dict[str, Any], str]] = []
-    scopes: dict[int, int] = {}
-    scope_list: list[tuple[str, str | None, str | None]] = []
-    owners: dict[int, int] = {}  # trace ID -> shard, where this range names its prompt
-    skipped: Counter[str] = Counter()
-    lines: list[list[tuple[list[Any], list[tuple[int, int]]]]] = [[] for _ in range(count)]
-    decoded = 0
-    error: tuple[int | None, str] | None = None
-    number = 0
-    try:
-        for record in source.records():
-            number = record.number
-            decoded += 1
-            try:
-                spans = parse_json_request(record.data, interner)
-            except Shape as shape:
-                raise MalformedInput(piece.path, record.number, str(shape)) from None
-            except OtherSignal as other:
-                skipped[other.signal] += 1
-                continue
-            # The line's decisions first, as the reader's router makes them: each trace not yet
-            # named goes with the first prompt key of the line.
-            decisions: list[tuple[int, int]] = []
-            for span in spans:
-                context = span._context
-                if context is None or context[0] in owners:
-                    continue
-                key = prompt_key(span)
-                if key is not None:
-                    shard = _shard_of(key, count)
-                    owners[context[0]] = shard
-                    decisions.append((context[0], shard))
-            entries: list[list[Any]] = [[] for _ in range(count)]
-            for span in spans:
-                compact = _compact(span, resources, resource_list, scopes, scope_list)
-                trace_id = compact[1]
-                owner = owners.get(trace_id) if trace_id else None
-                if owner is None:
-                    for shard_entries in entries:
-                        shard_entries.append(compact)
-                    continue
-                placeholder = trace_id if span._parent is None else -trace_id
-                for index, shard_entries in enumerate(entries):
-                    shard_entries.append(compact if index == owner else placeholder)
-            for index in range(count):
-                lines[index].append((entries[index], decisions))
-    except MalformedInput as malformed:
-        error = (malformed.line, malformed.message)
-    newlines = source.newlines if error is None else number
-    payloads = [
-        pickle.dumps(
-            (resource_list, scope_list, lines[index], skipped if index == 0 else Counter()),
-            protocol=pickle.HIGHEST_PROTOCOL,
+@dataclass(slots=True)
+class _Decoded:
+    """A range this process decoded: its own lines, and the payloads for the others."""
+
+    index: int
+    range: _Range
+    lines: list[_Line]
+    cpu: float
+
+
+class _Peer:
+    """One of the ``count`` processes of :func:`replay_ranges`: it decodes the ranges ``k`` with
+    ``k % count == index``, replays shard ``index`` of the prompts, and exchanges with the others
+    the spans of each other's shards.
+
+    Ranges are replayed in read order. A range decoded here hands every other process, as one
+    payload, the compact fields of the spans it replays and a placeholder for each of the
+    others; the spans of this process's own shard are never copied. A range decoded elsewhere
+    arrives as such a payload. While the next payload has not arrived, the process decodes up
+    to :data:`_AHEAD` of its own ranges ahead (and sends them), so no process waits on one that
+    waits on it: every range depends only on ranges before it, and each one's decoder reaches it.
+    Payloads go out through one thread per receiver, so two processes sending to each other at
+    once never block each other.
+    """
+
+    def __init__(
+        self,
+        pieces: Sequence[Piece],
+        replayer: Replayer,
+        index: int,
+        count: int,
+        outbound: Mapping[int, Connection],
+        limit: int,
+    ) -> None:
+        self.pieces = pieces
+        self.replayer = replayer
+        self.index = index
+        self.count = count
+        self.interner = Interner()  # one for the ranges decoded here and those received
+        self.mismatch = False
+        """Whether a range sent elsewhere a span of a trace this shard owns (a trace naming
+        several prompts, or named only after its first part was replayed)."""
+        self.limit = limit
+        self.sent = 0
+        self.decoding = 0.0
+        self.decoded_lines: dict[int, int] = {}
+        self._outbound = {peer: _Sender(connection) for peer, connection in outbound.items()}
+        self._mine = iter(range(index, len(pieces), count))
+        self._ahead: deque[_Decoded] = deque()
+        self._stopped = False  # a range decoded here stopped on an error: decode no further
+
+    def run(self, inbound: Mapping[int, Connection]) -> str | None:
+        """Replay every range in read order; the input error that stopped them, if any."""
+        offsets: dict[int, int] = {}  # index of the file -> newlines of its ranges read
+        for k, piece in enumerate(self.pieces):
+            owner = k % self.count
+            # Own ranges are decoded (and sent) ahead of their turn, so that the others find
+            # them there when they reach them, and this process when it reaches theirs.
+            while len(self._ahead) < _AHEAD and self._decode_next():
+                pass
+            if owner == self.index:
+                decoded = self._ahead.popleft()
+                read = decoded.range
+                self._replay(decoded.lines, [], [])
+            else:
+                read = self._receive(inbound[owner].recv_bytes())
+            offset = offsets.get(piece.file_index, 0)
+            if read.error is not None:
+                line, message = read.error
+                where = piece.path if line is None else f"{piece.path}:{line + offset}"
+                return f"{where}: {message}"
+            offsets[piece.file_index] = offset + read.newlines
+        return None
+
+    def close(self, inbound: Mapping[int, Connection]) -> None:
+        """Stop reading, then wait until every payload is sent or its receiver stopped reading.
+
+        A process stops reading only once it has read all it replays, so closing its ends of
+        the pipes never takes a range from another; a range decoded ahead beyond an input error
+        then fails to send instead of blocking its sender, and no two processes wait on each
+        other."""
+        for connection in inbound.values():
+            connection.close()
+        for sender in self._outbound.values():
+            sender.close()
+
+    def _decode_next(self) -> bool:
+        """Decode this process's next range and send the others their parts; False if none."""
+        k = None if self._stopped else next(self._mine, None)
+        if k is None:
+            return False
+        began = time.process_time()
+        decoded, payloads = self._decode(k)
+        for peer, payload in payloads.items():
+            self._outbound[peer].send(payload)
+        decoded.cpu = time.process_time() - began
+        self.decoding += decoded.cpu
+        self.decoded_lines[k] = decoded.range.decoded
+        self._ahead.append(decoded)
+        self._stopped = decoded.range.error is not None
+        return True
+
+    def _decode(self, k: int) -> tuple[_Decoded, dict[int, bytes]]:
+        piece = self.pieces[k]
+        source = Source(
+            piece.path, max_record_bytes=self.limit, byte_range=(piece.start, piece.end)
         )
-        for index in range(count)
-    ]
-    sent = sum(1 for shard in lines for entries, _ in shard for e in entries if type(e) is tuple)
-    return Decoded(newlines, decoded, error, payloads, sent, time.process_time() - began)
+        interner = self.interner
+        count, index = self.count, self.index
+        resources: dict[int, int] = {}  # id(resource) -> index in resource_list
+        resource_list: list[tuple[dict[str, Any], str]] = []
+        scopes: dict[int, int] = {}
+        scope_list: list[tuple[str, str | None, str | None]] = []
+        owners: dict[int, int] = {}  # trace ID -> shard, where this range names its prompt
+        skipped = self.replayer.report.skipped  # each range is decoded by one process
+        lines: list[list[_Line]] = [[] for _ in range(count)]
+        decoded = 0
+        error: tuple[int | None, str] | None = None
+        number = 0
+        sent = 0
+        try:
+            for record in source.records():
+                number = record.number
+                decoded += 1
+                try:
+                    spans = parse_json_request(record.data, interner)
+                except Shape as shape:
+                    raise MalformedInput(piece.path, record.number, str(shape)) from None
+                except OtherSignal as other:
+                    skipped[other.signal] += 1
+                    continue
+                # The line's decisions first, as the reader's router makes them: each trace not
+                # yet named goes with the first prompt key of the line.
+                decisions: list[tuple[int, int]] = []
+                for span in spans:
+                    context = span._context
+                    if context is None or context[0] in owners:
+                        continue
+                    key = prompt_key(span)
+                    if key is not None:
+                        shard = _shard_of(key, count)
+                        owners[context[0]] = shard
+                        decisions.append((context[0], shard))
+                entries: list[list[_Entry]] = [[] for _ in range(count)]
+                for span in spans:
+                    context = span._context
+                    trace_id = context[0] if context is not None else 0
+                    owner = owners.get(trace_id) if trace_id else None
+                    if owner is None:
+                        # Not named here: every process gets it and routes it as the reader does.
+                        compact = _compact(span, resources, resource_list, scopes, scope_list)
+                        for shard, shard_entries in enumerate(entries):
+                            shard_entries.append(span if shard == index else compact)
+                        sent += count - 1
+                        continue
+                    placeholder = trace_id if span._parent is None else -trace_id
+                    for shard, shard_entries in enumerate(entries):
+                        if shard != owner:
+                            shard_entries.append(placeholder)
+                        elif shard == index:
+                            shard_entries.append(span)
+                        else:
+                            shard_entries.append(
+                                _compact(span, resources, resource_list, scopes, scope_list)
+                            )
+                            sent += 1
+                for shard in range(count):
+                    lines[shard].append((entries[shard], decisions))
+        except MalformedInput as malformed:
+            error = (malformed.line, malformed.message)
+        self.sent += sent
+        read = _Range(source.newlines if error is None else number, decoded, error)
+        payloads = {
+            shard: pickle.dumps(
+                (read.newlines, read.decoded, read.error, resource_list, scope_list, lines[shard]),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            for shard in range(count)
+            if shard != index
+        }
+        return _Decoded(k, read, lines[index], 0.0), payloads
+
+    def _receive(self, payload: bytes) -> _Range:
+        newlines, decoded, error, resource_list, scope_list, lines = pickle.loads(payload)
+        interner = self.interner
+        resources = [interner.resource(a, schema) for a, schema in resource_list]
+        scopes = [interner.scope(*fields) for fields in scope_list]
+        self._replay(lines, resources, scopes)
+        return _Range(newlines, decoded, error)
+
+    def _replay(self, lines: list[_Line], resources: list[Any], scopes: list[Any]) -> None:
+        replayer = self.replayer
+        owner_of = replayer.owner_of
+        for entries, decisions in lines:
+            spans: list[Any] = []
+            append = spans.append
+            for entry in entries:
+                kind = type(entry)
+                if kind is int:
+                    if owner_of(abs(entry)):
+                        self.mismatch = True
+                    append(entry if entry > 0 else None)
+                elif kind is tuple:
+                    trace_id = entry[1]
+                    if trace_id and owner_of(trace_id) is False:
+                        append(trace_id if not entry[4] else None)
+                    else:
+                        append(_rebuild(entry, resources, scopes))
+                else:  # decoded here
+                    context = entry._context
+                    trace_id = context[0] if context is not None else 0
+                    if trace_id and owner_of(trace_id) is False:
+                        append(trace_id if entry._parent is None else None)
+                    else:
+                        append(entry)
+            replayer.add(spans)
+            for trace_id, shard in decisions:
+                if owner_of(trace_id) is None:
+                    replayer.decide(trace_id, replayer.owns_shard(shard))
+
+
+class _Sender:
+    """Sends payloads to one other process from a thread of its own, in the order given."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._payloads: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def send(self, payload: bytes) -> None:
+        self._payloads.put(payload)
+
+    def close(self) -> None:
+        """Send what is queued, unless the receiver stops reading first; then return."""
+        self._payloads.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            payload = self._payloads.get()
+            if payload is None:
+                return
+            try:
+                self._connection.send_bytes(payload)
+            except (BrokenPipeError, OSError):
+                return
 
 
 def _shard_of(key: str, count: int) -> int:
@@ -383,44 +566,6 @@ def _compact(
     )
 
 
-class _Rebuilder:
-    """Turns one shard's payloads back into spans and placeholders, routing what is undecided."""
-
-    def __init__(self, replayer: Replayer) -> None:
-        self.replayer = replayer
-        self.interner = Interner()
-        self.mismatch = False
-        """Whether a range sent elsewhere a span of a trace this shard owns (a trace naming
-        several prompts, or named only after its first part was replayed)."""
-
-    def add(self, payload: bytes) -> None:
-        resource_list, scope_list, lines, skipped = pickle.loads(payload)
-        replayer = self.replayer
-        replayer.report.skipped.update(skipped)
-        interner = self.interner
-        resources = [interner.resource(a, schema) for a, schema in resource_list]
-        scopes = [interner.scope(*fields) for fields in scope_list]
-        owner_of = replayer.owner_of
-        for entries, decisions in lines:
-            spans: list[Any] = []
-            append = spans.append
-            for entry in entries:
-                if type(entry) is int:
-                    if owner_of(abs(entry)):
-                        self.mismatch = True
-                    append(entry if entry > 0 else None)
-                    continue
-                trace_id = entry[1]
-                if trace_id and owner_of(trace_id) is False:
-                    append(trace_id if not entry[4] else None)
-                    continue
-                append(_rebuild(entry, resources, scopes))
-            replayer.add(spans)
-            for trace_id, shard in decisions:
-                if owner_of(trace_id) is None:
-                    replayer.decide(trace_id, replayer.owns_shard(shard))
-
-
 def _rebuild(entry: _Compact, resources: list[Any], scopes: list[Any]) -> RecordedSpan:
     (name, trace_id, span_id, flags, parent_id, r, s, attributes, kind, code, message) = entry[:11]
     trace_flags = TRACE_FLAGS[flags]
@@ -441,20 +586,50 @@ def _rebuild(entry: _Compact, resources: list[Any], scopes: list[Any]) -> Record
     return span
 
 
-def _reduce(
-    connection: Connection, mode: str, options: Mapping[str, Any], index: int, count: int
+@dataclass(frozen=True, slots=True)
+class _PeerResult:
+    document: dict[str, Any]
+    error: str | None
+    mismatch: bool
+    decoded_lines: dict[int, int]
+    sent: int
+    decoding_cpu: float
+    cpu: float
+
+
+def _run_peer(
+    pieces: Sequence[Piece],
+    mode: str,
+    options: Mapping[str, Any],
+    index: int,
+    count: int,
+    inbound: Mapping[int, Connection],
+    outbound: Mapping[int, Connection],
+    result: Connection,
+    unused: Sequence[Connection],
+    limit: int,
 ) -> None:
-    """A replaying process: payloads in, until ``None``; then its report out."""
-    replayer = Replayer(mode, shard=(index, count), **options)
-    rebuilder = _Rebuilder(replayer)
+    """A process of :func:`replay_ranges`: its report (and what it read) out when done."""
+    for connection in unused:  # ends of other processes' pipes, inherited by a fork
+        connection.close()
+    peer = _Peer(
+        pieces, Replayer(mode, shard=(index, count), **options), index, count, outbound, limit
+    )
     try:
-        while True:
-            payload = connection.recv_bytes()
-            if not payload:
-                break
-            rebuilder.add(payload)
-        document = replayer.finish().to_json()
-        connection.send((document, rebuilder.mismatch, time.process_time()))
+        error = peer.run(inbound)
+        document = peer.replayer.finish().to_json()
+        peer.close(inbound)
+        result.send(
+            _PeerResult(
+                document,
+                error,
+                peer.mismatch,
+                peer.decoded_lines,
+                peer.sent,
+                peer.decoding,
+                time.process_time(),
+            )
+        )
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         return
 
@@ -469,12 +644,14 @@ class RangeReplay:
     decoded_lines: list[int]
     """Lines decoded, per range, in read order (each line of the input once)."""
     sent: int = 0
-    """Compact spans handed to the shards (the spans read, plus one per extra shard for a span
-    whose range did not name its trace's prompt)."""
+    """Compact spans one process handed another (a span of a trace its range did not name goes
+    to every other process)."""
     decoding_cpu: float = 0.0
-    """CPU seconds of the decoding processes, all ranges together."""
+    """CPU seconds spent decoding ranges, all processes together."""
     replaying_cpu: tuple[float, ...] = ()
-    """CPU seconds of each replaying process."""
+    """CPU seconds of each process besides its decoding."""
+    process_cpu: tuple[float, ...] = ()
+    """CPU seconds of each process, decoding included."""
 
 
 def replay_ranges(
@@ -483,86 +660,61 @@ def replay_ranges(
     options: Mapping[str, Any],
     jobs: int,
     context: Any = None,
+    limit: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> RangeReplay:
-    """Decode ``pieces`` in ``jobs`` processes and replay their spans in ``jobs`` shards."""
+    """Decode ``pieces`` and replay their spans in ``jobs`` processes, one shard each."""
     if context is None:
         context = _context()
-    connections = []
-    reducers = []
+    # One pipe for each ordered pair of processes: (receiving end, sending end).
+    pipes = {
+        (sender, receiver): context.Pipe(duplex=False)
+        for sender in range(jobs)
+        for receiver in range(jobs)
+        if sender != receiver
+    }
+    results = [context.Pipe(duplex=False) for _ in range(jobs)]
+    processes = []
     for index in range(jobs):
-        mine, theirs = context.Pipe()
-        process = context.Process(
-            target=_reduce, args=(theirs, mode, dict(options), index, jobs), daemon=True
-        )
+        inbound = {s: ends[0] for (s, r), ends in pipes.items() if r == index}
+        outbound = {r: ends[1] for (s, r), ends in pipes.items() if s == index}
+        mine = {id(c) for c in (*inbound.values(), *outbound.values())}
+        unused = [c for ends in pipes.values() for c in ends if id(c) not in mine]
+        unused += [c for i, ends in enumerate(results) for c in ends if i != index]
+        unused.append(results[index][0])
+        args = (pieces, mode, dict(options), index, jobs, inbound, outbound, results[index][1])
+        process = context.Process(target=_run_peer, args=(*args, unused, limit), daemon=True)
         process.start()
-        theirs.close()
-        connections.append(mine)
-        reducers.append(process)
-    queues: list[queue.Queue[bytes]] = [queue.Queue(maxsize=jobs * 2) for _ in range(jobs)]
-    feeders = [
-        threading.Thread(target=_feed, args=(q, c), daemon=True)
-        for q, c in zip(queues, connections, strict=True)
-    ]
-    for feeder in feeders:
-        feeder.start()
-    error: str | None = None
-    decoded_lines: list[int] = []
-    sent = 0
-    decoding_cpu = 0.0
+        processes.append(process)
+    for ends in pipes.values():
+        for connection in ends:
+            connection.close()
+    for _, sending in results:
+        sending.close()
+    outcomes: list[_PeerResult] = []
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            ahead: deque[Future[Decoded]] = deque()
-            waiting = iter(pieces)
-            offsets: dict[int, int] = {}  # index of the file -> newlines of its ranges read
-            current = list(pieces)
-            for piece in current:
-                while len(ahead) < jobs * _IN_FLIGHT_PER_JOB:
-                    following = next(waiting, None)
-                    if following is None:
-                        break
-                    ahead.append(pool.submit(decode_range, following, jobs))
-                result = ahead.popleft().result()
-                decoded_lines.append(result.lines)
-                sent += result.sent
-                decoding_cpu += result.cpu
-                for q, payload in zip(queues, result.payloads, strict=True):
-                    q.put(payload)
-                offset = offsets.get(piece.file_index, 0)
-                if result.error is not None:
-                    line, message = result.error
-                    where = piece.path if line is None else f"{piece.path}:{line + offset}"
-                    error = f"{where}: {message}"
-                    for future in ahead:
-                        future.cancel()
-                    break
-                offsets[piece.file_index] = offset + result.newlines
-        for q in queues:
-            q.put(b"")
-        for feeder in feeders:
-            feeder.join()
-        outcomes = [connection.recv() for connection in connections]
+        for receiving, _ in results:
+            outcomes.append(receiving.recv())
     finally:
-        for process in reducers:
+        for process in processes:
             process.join(timeout=5)
             if process.is_alive():
                 process.terminate()
-        for connection in connections:
-            connection.close()
-    document = merge_reports([outcome[0] for outcome in outcomes])
-    mismatch = any(outcome[1] for outcome in outcomes)
-    replaying = tuple(outcome[2] for outcome in outcomes)
-    return RangeReplay(document, error, mismatch, decoded_lines, sent, decoding_cpu, replaying)
-
-
-def _feed(payloads: queue.Queue[bytes], connection: Connection) -> None:
-    while True:
-        payload = payloads.get()
-        try:
-            connection.send_bytes(payload)
-        except (BrokenPipeError, OSError):
-            return
-        if not payload:
-            return
+        for receiving, _ in results:
+            receiving.close()
+    decoded: dict[int, int] = {}
+    for outcome in outcomes:
+        decoded.update(outcome.decoded_lines)
+    errors = [outcome.error for outcome in outcomes if outcome.error is not None]
+    return RangeReplay(
+        merge_reports([outcome.document for outcome in outcomes]),
+        errors[0] if errors else None,
+        any(outcome.mismatch for outcome in outcomes),
+        [decoded[k] for k in sorted(decoded)],
+        sum(outcome.sent for outcome in outcomes),
+        sum(outcome.decoding_cpu for outcome in outcomes),
+        tuple(outcome.cpu - outcome.decoding_cpu for outcome in outcomes),
+        tuple(outcome.cpu for outcome in outcomes),
+    )
 
 
 def _context() -> Any:
