@@ -259,6 +259,7 @@ _Line = tuple[list[_Entry], list[tuple[int, int]]]
 """One decoded line for one process: its entries in read order, and the owners the line
 decided (trace ID, shard), as the reader's router decides them."""
 
+_UNASKED: Final[Any] = object()
 _AHEAD: Final = 2
 """Own ranges a process keeps decoded ahead of the one it replays."""
 
@@ -465,29 +466,39 @@ class _Peer:
 
     def _replay(self, lines: list[_Line], resources: list[Any], scopes: list[Any]) -> None:
         replayer = self.replayer
-        owner_of = replayer.owner_of
         for entries, decisions in lines:
+            # What the replayer knows of a trace's owner changes only when a line is added:
+            # asked once per trace and line.
+            owners: dict[int, bool | None] = {}
+            owner_of = owners.get
             spans: list[Any] = []
             append = spans.append
             for entry in entries:
                 kind = type(entry)
                 if kind is int:
-                    if owner_of(abs(entry)):
+                    trace_id = abs(entry)
+                    owner = owner_of(trace_id, _UNASKED)
+                    if owner is _UNASKED:
+                        owner = owners[trace_id] = replayer.owner_of(trace_id)
+                    if owner:
                         self.mismatch = True
                     append(entry if entry > 0 else None)
-                elif kind is tuple:
+                    continue
+                if kind is tuple:
                     trace_id = entry[1]
-                    if trace_id and owner_of(trace_id) is False:
-                        append(trace_id if not entry[4] else None)
-                    else:
-                        append(_rebuild(entry, resources, scopes))
+                    root = not entry[4]
                 else:  # decoded here
                     context = entry._context
                     trace_id = context[0] if context is not None else 0
-                    if trace_id and owner_of(trace_id) is False:
-                        append(trace_id if entry._parent is None else None)
-                    else:
-                        append(entry)
+                    root = entry._parent is None
+                if trace_id:
+                    owner = owner_of(trace_id, _UNASKED)
+                    if owner is _UNASKED:
+                        owner = owners[trace_id] = replayer.owner_of(trace_id)
+                    if owner is False:
+                        append(trace_id if root else None)
+                        continue
+                append(_rebuild(entry, resources, scopes) if kind is tuple else entry)
             replayer.add(spans)
             for trace_id, shard in decisions:
                 if owner_of(trace_id) is None:
