@@ -193,3 +193,89 @@ def test_a_process_replays_the_spans_of_its_own_ranges_without_sending_them(
     # every span from decoders to replayers would send at least as many as were read.
     assert 0 < ranged.sent < 0.75 * spans
     assert len(ranged.process_cpu) == 2 and all(cpu > 0 for cpu in ranged.process_cpu)
+
+
+def _owned_by(key: str, shard: int, count: int) -> bool:
+    return shards._shard_of(key, count) == shard
+
+
+def test_a_malformed_span_its_decoder_hands_over_unbuilt_is_found_as_by_one_process(
+    two_files: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A range's decoder builds only its own shard's spans and those of traces the range has not
+    # named; the others it hands over as they were written. A fault in one of those must still
+    # stop the replay where one process stops, with its message.
+    lines = two_files[0].read_text(encoding="utf-8").splitlines(keepends=True)
+    target = None
+    for number, line in enumerate(lines):
+        if number < 4 or not line.strip():
+            continue  # a line well after the first
+        request = json.loads(line)
+        spans = [s for b in request["resourceSpans"] for sc in b["scopeSpans"] for s in sc["spans"]]
+        named = {
+            span["traceId"]: attribute["value"]["stringValue"]
+            for span in spans
+            for attribute in span.get("attributes", [])
+            if attribute["key"] == "acp.prompt.id"
+        }
+        for span in spans:
+            key = named.get(span["traceId"])
+            if key is not None and _owned_by(key, 1, 2) and "acp.prompt.id" not in str(span):
+                span["startTimeUnixNano"] = "soon"
+                target = number
+                lines[number] = json.dumps(request) + "\n"
+                break
+        if target is not None:
+            break
+    assert target is not None
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join(lines), encoding="utf-8")
+
+    # One range, decoded by the first process, which does not build the broken span.
+    pieces = plan([str(broken)], 2)
+    assert pieces is not None and len(pieces) == 1
+    ranged = replay_ranges(pieces, "shadow", {}, 2)
+    assert ranged.unread and not ranged.exact
+
+    code, one, err = replay_status(capsys, str(broken))
+    assert code == 1 and err.startswith(f"{broken}:{target + 1}: ")
+    for jobs in ("2", "3"):
+        assert replay_status(capsys, "--jobs", jobs, str(broken)) == (code, one, err)
+
+
+def test_spans_handed_over_unbuilt_are_written_again_as_their_decoder_read_them() -> None:
+    from otel_guard.replay.otlp_json import encode_document
+
+    # The standard library reads what the fast decoder declines (NaN, infinities, integers
+    # beyond 64 bits); it must write them so that they read back the same.
+    text = '{"a": [NaN, Infinity, -Infinity, 123456789012345678901234567890, "\\u00e9", 1.5]}'
+    document = json.loads(text)
+    again = json.loads(encode_document(document, fast=False))
+    assert again["a"][3:] == document["a"][3:] and type(again["a"][3]) is int
+    assert again["a"][0] != again["a"][0] and again["a"][1:3] == [float("inf"), float("-inf")]
+    orjson = pytest.importorskip("orjson")
+    fast = orjson.loads(b'{"b": [1, 2.5, "x", {"c": null, "d": true}, 18446744073709551615]}')
+    assert orjson.loads(encode_document(fast, fast=True)) == fast
+
+
+def test_a_line_only_the_standard_library_reads_replays_alike_in_several_processes(
+    two_files: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A NaN attribute on every span: the fast decoder declines each line, the standard library
+    # reads it, and the spans handed over are written again by the standard library.
+    text = two_files[0].read_text(encoding="utf-8")
+    nan = '{"key": "x.nan", "value": {"doubleValue": NaN}}, '
+    path = tmp_path / "nan.jsonl"
+    path.write_text(text.replace('"attributes": [', '"attributes": [' + nan), encoding="utf-8")
+    assert "NaN" in path.read_text(encoding="utf-8")
+    one = replay_json(capsys, str(path))
+    assert one["prompts"] > 0
+    for jobs in ("2", "3"):
+        assert replay_json(capsys, "--jobs", jobs, str(path)) == one
+    # Read by byte range, not again the whole-input way after a fault.
+    pieces = plan([str(path)], 2)
+    assert pieces is not None
+    ranged = replay_ranges(pieces, "shadow", {}, 2)
+    assert ranged.exact and ranged.sent > 0
+    assert ranged.document["decisions"] == one["decisions"]
+    assert ranged.document["spans"] == one["spans"] and ranged.document["prompts"] == one["prompts"]

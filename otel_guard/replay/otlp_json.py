@@ -26,7 +26,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import IO, Any, Final, Protocol
+from typing import IO, Any, Final, NamedTuple, Protocol
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -61,10 +61,12 @@ from otel_guard.replay.trace_input import (
 from otel_guard.spans import attributes as attr
 
 __all__ = [
+    "Decoded",
     "MalformedInput",
     "OtlpJsonSpanExporter",
     "Router",
     "Skipped",
+    "encode_document",
     "encode_request",
     "parse_json_request",
     "parse_request",
@@ -286,6 +288,16 @@ def _load_fast() -> Callable[[bytes], Any] | None:
 _loads_fast: Final = _load_fast()
 
 
+def _dump_fast() -> Callable[[Any], bytes] | None:
+    try:
+        return importlib.import_module("orjson").dumps  # type: ignore[no-any-return]
+    except ImportError:
+        return None
+
+
+_dumps_fast: Final = _dump_fast()
+
+
 def _load(data: bytes) -> Any:
     """The JSON document in ``data``, decoded by the standard library, which words the error."""
     try:
@@ -317,7 +329,15 @@ def parse_request(text: str | bytes) -> list[ReadableSpan]:
         raise ValueError(f"not a trace export request ({other.signal})") from None
 
 
-def parse_json_request(data: bytes, interner: Interner, router: Router | None = None) -> list[Any]:
+def parse_json_request(
+    data: bytes,
+    interner: Interner,
+    router: Router | None = None,
+    documents: list[Decoded] | None = None,
+) -> list[Any]:
+    """The spans of one OTLP/JSON line (with a ``router``, placeholders for the spans of traces
+    another process replays). With ``documents``, the decoded request is appended to it, so that
+    :func:`encode_document` can write a part of it again."""
     for prefix, signal in _OTHER_SIGNAL_PREFIXES:
         if data.startswith(prefix):  # skipped without decoding: log lines can be large
             raise OtherSignal(signal)
@@ -327,10 +347,36 @@ def parse_json_request(data: bytes, interner: Interner, router: Router | None = 
         # again by the standard library and judged on that, so both accept the same lines and
         # word the same errors.
         try:
-            return _request(_loads_fast(data), interner, router)
+            document = _loads_fast(data)
+            spans = _request(document, interner, router)
         except (ValueError, Shape):
             pass
-    return _request(_load(data), interner, router)
+        else:
+            if documents is not None:
+                documents.append(Decoded(document, fast=True))
+            return spans
+    document = _load(data)
+    spans = _request(document, interner, router)
+    if documents is not None:
+        documents.append(Decoded(document, fast=False))
+    return spans
+
+
+class Decoded(NamedTuple):
+    """A request as :func:`parse_json_request` decoded it, and by which decoder."""
+
+    document: Any
+    fast: bool
+
+
+def encode_document(document: Any, fast: bool) -> bytes:
+    """JSON text that :func:`parse_json_request` decodes to ``document`` again, a document (or a
+    part of one) that the decoder named by ``fast`` produced: the fast decoder's output is
+    written by the fast encoder, the standard library's (which may hold integers beyond 64 bits,
+    NaN and infinities) by the standard library."""
+    if fast and _dumps_fast is not None:
+        return _dumps_fast(document)
+    return json.dumps(document, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
 def _request(document: Any, interner: Interner, router: Router | None = None) -> list[Any]:

@@ -2,14 +2,14 @@
 
 **Plain JSON-lines files** (the common case) are split at line boundaries into ranges of a few
 MiB (:func:`plan`). Each of ``jobs`` processes decodes every ``jobs``-th range, each range once,
-and replays one shard of the prompts, every range in read order (:func:`replay_ranges`). A range
-a process decodes hands every other process, in one payload, the compact fields of the spans
-that process replays and a placeholder for each of the others; the spans of the decoding
-process's own shard stay as it decoded them. Where a range names a trace's prompt, the spans of
-that trace go to its shard only; the spans of a trace not yet named there go to every shard,
-which routes them as the reader does (the replayer's
-:class:`~otel_guard.replay.otlp_json.Router`). The processes therefore see exactly the stream of
-:func:`replay_shard`.
+and replays one shard of the prompts, every range in read order (:func:`replay_ranges`). A
+range's decoder builds the spans of its own shard; every other process gets, in one payload, the
+spans it replays as they were written (encoded again) and a placeholder for each of the others.
+Where a range names a trace's prompt, the spans of that trace go to its shard only; the spans of
+a trace not yet named there go to every shard, which routes them as the reader does (the
+replayer's :class:`~otel_guard.replay.otlp_json.Router`). The processes therefore see exactly
+the stream of :func:`replay_shard`; after an input error the input is read again the other way
+(below), which finds its first fault as one process does.
 
 **Other input** (gzip, zstd, length-prefixed frames; several of them mixed with plain files)
 cannot be split by byte range: :func:`replay_sharded` then lets each process read all input and
@@ -38,27 +38,18 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import IO, Any, Final
+from typing import IO, Any, Final, cast
 
-from opentelemetry.sdk.trace import Event
-from opentelemetry.trace import Status
-
-from otel_guard.replay.otlp_json import parse_json_request
+from otel_guard.replay.otlp_json import Decoded, encode_document, parse_json_request
 from otel_guard.replay.reader import MalformedInput, TraceReader
 from otel_guard.replay.recorded import (
-    KINDS,
-    OK_STATUS,
-    STATUS,
-    TRACE_FLAGS,
-    UNSET_STATUS,
     Interner,
     OtherSignal,
     RecordedSpan,
     Shape,
     bounded_id,
-    span_context,
 )
-from otel_guard.replay.replayer import Replayer, prompt_key
+from otel_guard.replay.replayer import Replayer
 from otel_guard.replay.report import merge_reports
 from otel_guard.replay.trace_input import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -134,15 +125,16 @@ def replay_sharded(
     """Replay in ``jobs`` processes; returns the merged report, the input error (the earliest
     error found holds for all) and whether the replay was interrupted.
 
-    Plain JSON-lines files are decoded by byte range (:func:`replay_ranges`); other input, or
-    a range that sent a span away from the shard that owns its trace (a trace naming several
-    prompts), is replayed again with every process reading all input (:func:`replay_shard`).
+    Plain JSON-lines files are decoded by byte range (:func:`replay_ranges`); other input, a
+    range that sent a span away from the shard that owns its trace (a trace naming several
+    prompts), or malformed input (whose first fault the ranges may not see) is replayed again
+    with every process reading all input (:func:`replay_shard`).
     """
     context = _context()
     pieces = plan(files, jobs, RANGE_BYTES)
     if pieces is not None:
         ranged = replay_ranges(pieces, mode, options, jobs, context)
-        if not ranged.mismatch:
+        if ranged.exact:
             return ranged.document, ranged.error, False
     return _replay_reading_all(files, mode, options, jobs, context)
 
@@ -248,16 +240,14 @@ def _line_end(stream: IO[bytes], position: int, size: int) -> int:
         position += len(block)
 
 
-# A span as handed to another process that replays it: name, trace ID, span ID, flags, parent
-# span ID (0 for none), resource index, scope index, attributes, kind, status code, status
-# description, start, end, events (name, attributes, time). A span another shard replays is a
-# placeholder instead: its trace ID for a root, its negated trace ID otherwise. A span the
-# decoding process replays itself stays the span it decoded.
-_Compact = tuple[Any, ...]
-_Entry = Any  # a RecordedSpan (decoded here), a _Compact (decoded elsewhere) or a placeholder
-_Line = tuple[list[_Entry], list[tuple[int, int]]]
-"""One decoded line for one process: its entries in read order, and the owners the line
-decided (trace ID, shard), as the reader's router decides them."""
+_Entry = Any
+"""A span a process replays from one line: a RecordedSpan it decoded; ``0`` for the next span of
+the line's part decoded elsewhere; or a placeholder for a span of a trace another shard replays
+(its trace ID for a root, else the negated trace ID, which is checked against the owner)."""
+_Line = tuple[list[_Entry], bytes, list[tuple[int, int]]]
+"""One decoded line for one process: its entries in read order; the spans of the line that it
+replays and its decoder did not, as an OTLP/JSON request (empty if none); and the owners the
+line decided (trace ID, shard), as the reader's router decides them."""
 
 _UNASKED: Final[Any] = object()
 _AHEAD: Final = 2
@@ -316,6 +306,8 @@ class _Peer:
         self.mismatch = False
         """Whether a range sent elsewhere a span of a trace this shard owns (a trace naming
         several prompts, or named only after its first part was replayed)."""
+        self.unread = False
+        """Whether a span another process handed over unbuilt was malformed."""
         self.limit = limit
         self.sent = 0
         self.decoding = 0.0
@@ -326,7 +318,17 @@ class _Peer:
         self._stopped = False  # a range decoded here stopped on an error: decode no further
 
     def run(self, inbound: Mapping[int, Connection]) -> str | None:
-        """Replay every range in read order; the input error that stopped them, if any."""
+        """Replay every range in read order; the input error that stopped them, if any.
+
+        On a malformed span that another process handed over unbuilt, stop with :attr:`unread`
+        set: the input's first fault is then found by reading it whole."""
+        try:
+            return self._run(inbound)
+        except _Unread:
+            self.unread = True
+            return None
+
+    def _run(self, inbound: Mapping[int, Connection]) -> str | None:
         offsets: dict[int, int] = {}  # index of the file -> newlines of its ranges read
         for k, piece in enumerate(self.pieces):
             owner = k % self.count
@@ -337,7 +339,7 @@ class _Peer:
             if owner == self.index:
                 decoded = self._ahead.popleft()
                 read = decoded.range
-                self._replay(decoded.lines, [], [])
+                self._replay(decoded.lines)
             else:
                 read = self._receive(inbound[owner].recv_bytes())
             offset = offsets.get(piece.file_index, 0)
@@ -381,92 +383,122 @@ class _Peer:
         source = Source(
             piece.path, max_record_bytes=self.limit, byte_range=(piece.start, piece.end)
         )
-        interner = self.interner
         count, index = self.count, self.index
-        resources: dict[int, int] = {}  # id(resource) -> index in resource_list
-        resource_list: list[tuple[dict[str, Any], str]] = []
-        scopes: dict[int, int] = {}
-        scope_list: list[tuple[str, str | None, str | None]] = []
-        owners: dict[int, int] = {}  # trace ID -> shard, where this range names its prompt
+        router = _RangeRouter(index, count)
         skipped = self.replayer.report.skipped  # each range is decoded by one process
         lines: list[list[_Line]] = [[] for _ in range(count)]
         decoded = 0
         error: tuple[int | None, str] | None = None
         number = 0
-        sent = 0
+        documents: list[Decoded] = []
         try:
             for record in source.records():
                 number = record.number
                 decoded += 1
+                router.start_line()
+                documents.clear()
                 try:
-                    spans = parse_json_request(record.data, interner)
+                    spans = parse_json_request(record.data, self.interner, router, documents)
                 except Shape as shape:
                     raise MalformedInput(piece.path, record.number, str(shape)) from None
                 except OtherSignal as other:
                     skipped[other.signal] += 1
                     continue
-                # The line's decisions first, as the reader's router makes them: each trace not
-                # yet named goes with the first prompt key of the line.
-                decisions: list[tuple[int, int]] = []
-                for span in spans:
-                    context = span._context
-                    if context is None or context[0] in owners:
-                        continue
-                    key = prompt_key(span)
-                    if key is not None:
-                        shard = _shard_of(key, count)
-                        owners[context[0]] = shard
-                        decisions.append((context[0], shard))
-                entries: list[list[_Entry]] = [[] for _ in range(count)]
-                for span in spans:
-                    context = span._context
-                    trace_id = context[0] if context is not None else 0
-                    owner = owners.get(trace_id) if trace_id else None
-                    if owner is None:
-                        # Not named here: every process gets it and routes it as the reader does.
-                        compact = _compact(span, resources, resource_list, scopes, scope_list)
-                        for shard, shard_entries in enumerate(entries):
-                            shard_entries.append(span if shard == index else compact)
-                        sent += count - 1
-                        continue
-                    placeholder = trace_id if span._parent is None else -trace_id
-                    for shard, shard_entries in enumerate(entries):
-                        if shard != owner:
-                            shard_entries.append(placeholder)
-                        elif shard == index:
-                            shard_entries.append(span)
-                        else:
-                            shard_entries.append(
-                                _compact(span, resources, resource_list, scopes, scope_list)
-                            )
-                            sent += 1
-                for shard in range(count):
-                    lines[shard].append((entries[shard], decisions))
+                for shard, line in enumerate(self._split(spans, documents[0], router)):
+                    lines[shard].append(line)
         except MalformedInput as malformed:
             error = (malformed.line, malformed.message)
-        self.sent += sent
         read = _Range(source.newlines if error is None else number, decoded, error)
         payloads = {
-            shard: pickle.dumps(
-                (read.newlines, read.decoded, read.error, resource_list, scope_list, lines[shard]),
-                protocol=pickle.HIGHEST_PROTOCOL,
-            )
+            shard: pickle.dumps((read, lines[shard]), protocol=pickle.HIGHEST_PROTOCOL)
             for shard in range(count)
             if shard != index
         }
         return _Decoded(k, read, lines[index], 0.0), payloads
 
-    def _receive(self, payload: bytes) -> _Range:
-        newlines, decoded, error, resource_list, scope_list, lines = pickle.loads(payload)
-        interner = self.interner
-        resources = [interner.resource(a, schema) for a, schema in resource_list]
-        scopes = [interner.scope(*fields) for fields in scope_list]
-        self._replay(lines, resources, scopes)
-        return _Range(newlines, decoded, error)
+    def _split(self, spans: list[Any], decoded: Decoded, router: _RangeRouter) -> list[_Line]:
+        """One line for every process: this one's spans and placeholders, and for each other
+        the undecoded spans it replays (a part of the request, encoded again) and their places.
 
-    def _replay(self, lines: list[_Line], resources: list[Any], scopes: list[Any]) -> None:
+        ``spans`` has one entry per span of the request, in order (the reader's placeholder for
+        a span of a trace another process replays); the request is walked in the same order.
+        """
+        count, index = self.count, self.index
+        owners = router.owners
+        places: list[list[int]] = [[] for _ in range(count)]
+        parts: list[list[Any]] = [[] for _ in range(count)]  # resourceSpans of each part
+        own: list[Any] = []
+        position = 0
+        sent = 0
+        for block in decoded.document["resourceSpans"]:
+            block_parts: list[list[Any] | None] = [None] * count
+            for scope_block in block.get("scopeSpans", ()):
+                scope_parts: list[list[Any] | None] = [None] * count
+                for raw in scope_block.get("spans", ()):
+                    span = spans[position]
+                    position += 1
+                    if type(span) is RecordedSpan:
+                        context = span._context
+                        trace_id = context[0] if context is not None else 0
+                        owner = owners.get(trace_id) if trace_id else None
+                        root = span._parent is None
+                        own.append(span)
+                    else:  # another's: its trace ID was read, and its owner decided, here
+                        trace_id = int(raw["traceId"], 16)
+                        owner = owners[trace_id]
+                        root = span is not None
+                        own.append(trace_id if root else -trace_id)
+                    for shard in range(count):
+                        if shard == index:
+                            continue
+                        if owner is not None and owner != shard:
+                            places[shard].append(trace_id if root else -trace_id)
+                            continue
+                        # Its own, or not named here (every process routes it as the reader does).
+                        places[shard].append(0)
+                        sent += 1
+                        found = scope_parts[shard]
+                        if found is None:
+                            found = scope_parts[shard] = []
+                            shell = {k: v for k, v in scope_block.items() if k != "spans"}
+                            shell["spans"] = found
+                            block_part = block_parts[shard]
+                            if block_part is None:
+                                block_part = block_parts[shard] = []
+                                outer = {k: v for k, v in block.items() if k != "scopeSpans"}
+                                outer["scopeSpans"] = block_part
+                                parts[shard].append(outer)
+                            block_part.append(shell)
+                        found.append(raw)
+        self.sent += sent
+        decisions = router.decisions
+        lines: list[_Line] = []
+        for shard in range(count):
+            if shard == index:
+                lines.append((own, b"", decisions))
+            elif parts[shard]:
+                document = {"resourceSpans": parts[shard]}
+                lines.append((places[shard], encode_document(document, decoded.fast), decisions))
+            else:
+                lines.append((places[shard], b"", decisions))
+        return lines
+
+    def _receive(self, payload: bytes) -> _Range:
+        read, lines = pickle.loads(payload)
+        self._replay(lines)
+        return cast(_Range, read)
+
+    def _replay(self, lines: list[_Line]) -> None:
         replayer = self.replayer
-        for entries, decisions in lines:
+        interner = self.interner
+        for entries, part, decisions in lines:
+            if part:
+                try:
+                    sent = iter(parse_json_request(part, interner))
+                except (Shape, OtherSignal):
+                    # A span its decoder did not build (another's) is malformed: the input's
+                    # first fault is then found by reading it all (replay_sharded).
+                    raise _Unread from None
             # What the replayer knows of a trace's owner changes only when a line is added:
             # asked once per trace and line.
             owners: dict[int, bool | None] = {}
@@ -474,35 +506,73 @@ class _Peer:
             spans: list[Any] = []
             append = spans.append
             for entry in entries:
-                kind = type(entry)
-                if kind is int:
-                    trace_id = abs(entry)
-                    owner = owner_of(trace_id, _UNASKED)
-                    if owner is _UNASKED:
-                        owner = owners[trace_id] = replayer.owner_of(trace_id)
-                    if owner:
-                        self.mismatch = True
-                    append(entry if entry > 0 else None)
-                    continue
-                if kind is tuple:
-                    trace_id = entry[1]
-                    root = not entry[4]
-                else:  # decoded here
-                    context = entry._context
-                    trace_id = context[0] if context is not None else 0
-                    root = entry._parent is None
+                if type(entry) is int:
+                    if entry == 0:
+                        entry = next(sent)
+                    else:
+                        trace_id = abs(entry)
+                        owner = owner_of(trace_id, _UNASKED)
+                        if owner is _UNASKED:
+                            owner = owners[trace_id] = replayer.owner_of(trace_id)
+                        if owner:
+                            self.mismatch = True
+                        append(entry if entry > 0 else None)
+                        continue
+                context = entry._context
+                trace_id = context[0] if context is not None else 0
                 if trace_id:
                     owner = owner_of(trace_id, _UNASKED)
                     if owner is _UNASKED:
                         owner = owners[trace_id] = replayer.owner_of(trace_id)
                     if owner is False:
-                        append(trace_id if root else None)
+                        append(trace_id if entry._parent is None else None)
                         continue
-                append(_rebuild(entry, resources, scopes) if kind is tuple else entry)
+                append(entry)
             replayer.add(spans)
             for trace_id, shard in decisions:
-                if owner_of(trace_id) is None:
+                if replayer.owner_of(trace_id) is None:
                     replayer.decide(trace_id, replayer.owns_shard(shard))
+
+
+class _Unread(Exception):
+    """A span that its range's decoder handed over unbuilt is malformed."""
+
+
+class _RangeRouter:
+    """The reader's router while one range is decoded: a trace's owner is the shard of the first
+    prompt key that a line of the range names for it, as the replayer's router decides it for a
+    whole input (:meth:`Replayer.owns_key`, :func:`_shard_of`)."""
+
+    def __init__(self, index: int, count: int) -> None:
+        self.index = index
+        self.count = count
+        self.owners: dict[int, int] = {}
+        """Trace ID -> shard, for the traces the range has named so far."""
+        self.decisions: list[tuple[int, int]] = []
+        """The owners the current line decided, in order: (trace ID, shard)."""
+        self._shards: deque[int] = deque()
+
+    def start_line(self) -> None:
+        self.decisions = []
+        self._shards.clear()
+
+    def owner_of(self, trace_id: int) -> bool | None:
+        shard = self.owners.get(trace_id)
+        return None if shard is None else shard == self.index
+
+    def owns_key(self, key: str) -> bool:
+        # The reader asks for each trace it decides, and hands the answers back through
+        # decide() in the same order once the line is read whole. (A line the fast decoder
+        # declines is looked over twice, with the same keys: the second look's answers follow
+        # the first's, which decide() has taken by the time the next line starts.)
+        shard = _shard_of(key, self.count)
+        self._shards.append(shard)
+        return shard == self.index
+
+    def decide(self, trace_id: int, owned: bool) -> None:
+        shard = self._shards.popleft()
+        self.owners[trace_id] = shard
+        self.decisions.append((trace_id, shard))
 
 
 class _Sender:
@@ -538,70 +608,12 @@ def _shard_of(key: str, count: int) -> int:
     return zlib.crc32(bounded_id(key).encode("utf-8", "replace")) % count
 
 
-def _compact(
-    span: Any,
-    resources: dict[int, int],
-    resource_list: list[tuple[dict[str, Any], str]],
-    scopes: dict[int, int],
-    scope_list: list[tuple[str, str | None, str | None]],
-) -> _Compact:
-    resource = span._resource
-    r = resources.get(id(resource))
-    if r is None:
-        r = resources[id(resource)] = len(resource_list)
-        resource_list.append((dict(resource.attributes), resource.schema_url))
-    scope = span._instrumentation_scope
-    s = scopes.get(id(scope))
-    if s is None:
-        s = scopes[id(scope)] = len(scope_list)
-        scope_list.append((scope.name, scope.version, scope.schema_url))
-    context = span._context
-    parent = span._parent
-    status = span._status
-    events = span._events
-    return (
-        span._name,
-        context[0],
-        context[1],
-        int(context[3]),
-        0 if parent is None else parent[1],
-        r,
-        s,
-        span._attributes,
-        span._kind.value,
-        status.status_code.value,
-        status.description,
-        span._start_time,
-        span._end_time,
-        tuple((e.name, dict(e.attributes or {}), e.timestamp) for e in events) if events else (),
-    )
-
-
-def _rebuild(entry: _Compact, resources: list[Any], scopes: list[Any]) -> RecordedSpan:
-    (name, trace_id, span_id, flags, parent_id, r, s, attributes, kind, code, message) = entry[:11]
-    trace_flags = TRACE_FLAGS[flags]
-    span = RecordedSpan(
-        name,
-        span_context(trace_id, span_id, trace_flags),
-        span_context(trace_id, parent_id, trace_flags) if parent_id else None,
-        resources[r],
-        attributes,
-        KINDS[kind],
-        UNSET_STATUS if code == 0 else OK_STATUS if code == 1 else Status(STATUS[code], message),
-        entry[11],
-        entry[12],
-        scopes[s],
-    )
-    if entry[13]:
-        span._events = tuple(Event(n, a, t) for n, a, t in entry[13])
-    return span
-
-
 @dataclass(frozen=True, slots=True)
 class _PeerResult:
     document: dict[str, Any]
     error: str | None
     mismatch: bool
+    unread: bool
     decoded_lines: dict[int, int]
     sent: int
     decoding_cpu: float
@@ -635,6 +647,7 @@ def _run_peer(
                 document,
                 error,
                 peer.mismatch,
+                peer.unread,
                 peer.decoded_lines,
                 peer.sent,
                 peer.decoding,
@@ -652,17 +665,29 @@ class RangeReplay:
     document: dict[str, Any]
     error: str | None
     mismatch: bool
+    """Whether a range sent a span away from the shard that owns its trace."""
     decoded_lines: list[int]
     """Lines decoded, per range, in read order (each line of the input once)."""
     sent: int = 0
-    """Compact spans one process handed another (a span of a trace its range did not name goes
-    to every other process)."""
+    """Spans one process handed another undecoded (a span of a trace its range did not name
+    goes to every other process)."""
     decoding_cpu: float = 0.0
     """CPU seconds spent decoding ranges, all processes together."""
     replaying_cpu: tuple[float, ...] = ()
     """CPU seconds of each process besides its decoding."""
     process_cpu: tuple[float, ...] = ()
     """CPU seconds of each process, decoding included."""
+    unread: bool = False
+    """Whether a span handed over undecoded was malformed (its decoder does not check it)."""
+
+    @property
+    def exact(self) -> bool:
+        """Whether this is the report (and the error) of one process reading the input whole.
+
+        After an input error it may not be: a line's spans of other shards are not built by
+        their range's decoder, so a fault among them that comes first in the input may be
+        unseen. :func:`replay_sharded` then reads the input again the whole-input way."""
+        return not (self.mismatch or self.unread or self.error is not None)
 
 
 def replay_ranges(
@@ -725,6 +750,7 @@ def replay_ranges(
         sum(outcome.decoding_cpu for outcome in outcomes),
         tuple(outcome.cpu - outcome.decoding_cpu for outcome in outcomes),
         tuple(outcome.cpu for outcome in outcomes),
+        any(outcome.unread for outcome in outcomes),
     )
 
 
