@@ -195,8 +195,35 @@ def test_a_process_replays_the_spans_of_its_own_ranges_without_sending_them(
     assert len(ranged.process_cpu) == 2 and all(cpu > 0 for cpu in ranged.process_cpu)
 
 
-def _owned_by(key: str, shard: int, count: int) -> bool:
-    return shards._shard_of(key, count) == shard
+def _break_spans(path: Path, *, own_too: bool = False) -> tuple[list[str], int]:
+    """The lines of ``path`` with a span of a trace of the second of two shards made malformed,
+    in a line that names the trace's prompt; with ``own_too``, a span of the first shard later
+    in the same line too. Returns the lines and the index of the line."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    for number, line in enumerate(lines):
+        if number < 4 or not line.strip():
+            continue  # a line well after the first
+        request = json.loads(line)
+        spans = [s for b in request["resourceSpans"] for c in b["scopeSpans"] for s in c["spans"]]
+        named = {
+            span["traceId"]: shards._shard_of(attribute["value"]["stringValue"], 2)
+            for span in spans
+            for attribute in span.get("attributes", [])
+            if attribute["key"] == "acp.prompt.id"
+        }
+        other = next((i for i, s in enumerate(spans) if named.get(s["traceId"]) == 1), None)
+        if other is None:
+            continue
+        later = range(other + 1, len(spans))
+        own = next((i for i in later if named.get(spans[i]["traceId"]) == 0), None)
+        if own_too and own is None:
+            continue
+        spans[other]["startTimeUnixNano"] = "soon"
+        if own_too and own is not None:
+            spans[own]["endTimeUnixNano"] = "later"
+        lines[number] = json.dumps(request) + "\n"
+        return lines, number
+    raise AssertionError("no line names prompts of both shards")
 
 
 def test_a_malformed_span_its_decoder_hands_over_unbuilt_is_found_as_by_one_process(
@@ -205,29 +232,7 @@ def test_a_malformed_span_its_decoder_hands_over_unbuilt_is_found_as_by_one_proc
     # A range's decoder builds only its own shard's spans and those of traces the range has not
     # named; the others it hands over as they were written. A fault in one of those must still
     # stop the replay where one process stops, with its message.
-    lines = two_files[0].read_text(encoding="utf-8").splitlines(keepends=True)
-    target = None
-    for number, line in enumerate(lines):
-        if number < 4 or not line.strip():
-            continue  # a line well after the first
-        request = json.loads(line)
-        spans = [s for b in request["resourceSpans"] for sc in b["scopeSpans"] for s in sc["spans"]]
-        named = {
-            span["traceId"]: attribute["value"]["stringValue"]
-            for span in spans
-            for attribute in span.get("attributes", [])
-            if attribute["key"] == "acp.prompt.id"
-        }
-        for span in spans:
-            key = named.get(span["traceId"])
-            if key is not None and _owned_by(key, 1, 2) and "acp.prompt.id" not in str(span):
-                span["startTimeUnixNano"] = "soon"
-                target = number
-                lines[number] = json.dumps(request) + "\n"
-                break
-        if target is not None:
-            break
-    assert target is not None
+    lines, target = _break_spans(two_files[0])
     broken = tmp_path / "broken.jsonl"
     broken.write_text("".join(lines), encoding="utf-8")
 
@@ -279,3 +284,23 @@ def test_a_line_only_the_standard_library_reads_replays_alike_in_several_process
     assert ranged.exact and ranged.sent > 0
     assert ranged.document["decisions"] == one["decisions"]
     assert ranged.document["spans"] == one["spans"] and ranged.document["prompts"] == one["prompts"]
+
+
+def test_a_fault_a_decoder_finds_after_one_it_skipped_is_reported_as_the_first(
+    two_files: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The decoder skips the first malformed span (another shard's) and stops on a later one of
+    # its own: the error it reports is still the line's first fault, as one process words it.
+    lines, target = _break_spans(two_files[0], own_too=True)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join(lines), encoding="utf-8")
+    code, one, err = replay_status(capsys, str(broken))
+    assert code == 1 and err.startswith(f"{broken}:{target + 1}: ")
+    assert "startTimeUnixNano" in err.splitlines()[0]
+
+    pieces = plan([str(broken)], 2)
+    assert pieces is not None and len(pieces) == 1
+    ranged = replay_ranges(pieces, "shadow", {}, 2)
+    assert ranged.exact and ranged.error == err.splitlines()[0]
+    for jobs in ("2", "3"):
+        assert replay_status(capsys, "--jobs", jobs, str(broken)) == (code, one, err)

@@ -127,8 +127,8 @@ def replay_sharded(
 
     Plain JSON-lines files are decoded by byte range (:func:`replay_ranges`); other input, a
     range that sent a span away from the shard that owns its trace (a trace naming several
-    prompts), or malformed input (whose first fault the ranges may not see) is replayed again
-    with every process reading all input (:func:`replay_shard`).
+    prompts), or a malformed span that a range's decoder did not build is replayed again with
+    every process reading all input (:func:`replay_shard`).
     """
     context = _context()
     pieces = plan(files, jobs, RANGE_BYTES)
@@ -400,7 +400,8 @@ class _Peer:
                 try:
                     spans = parse_json_request(record.data, self.interner, router, documents)
                 except Shape as shape:
-                    raise MalformedInput(piece.path, record.number, str(shape)) from None
+                    message = _first_fault(record.data, shape)
+                    raise MalformedInput(piece.path, record.number, message) from None
                 except OtherSignal as other:
                     skipped[other.signal] += 1
                     continue
@@ -532,6 +533,18 @@ class _Peer:
             for trace_id, shard in decisions:
                 if replayer.owner_of(trace_id) is None:
                     replayer.decide(trace_id, replayer.owns_shard(shard))
+
+
+def _first_fault(data: bytes, found: Shape) -> str:
+    """The fault one process finds first in a line that ``found`` was found in, by a reading
+    that skipped the spans of other shards (a skipped span may be malformed too, and earlier)."""
+    try:
+        parse_json_request(data, Interner())
+    except Shape as first:
+        return str(first)
+    except OtherSignal:
+        pass
+    return str(found)
 
 
 class _Unread(Exception):
@@ -684,10 +697,11 @@ class RangeReplay:
     def exact(self) -> bool:
         """Whether this is the report (and the error) of one process reading the input whole.
 
-        After an input error it may not be: a line's spans of other shards are not built by
-        their range's decoder, so a fault among them that comes first in the input may be
-        unseen. :func:`replay_sharded` then reads the input again the whole-input way."""
-        return not (self.mismatch or self.unread or self.error is not None)
+        It is not when a range sent a span away from its owner, or when a span that a range's
+        decoder handed over unbuilt was malformed: that fault may come before the one the
+        ranges stopped on, if any. :func:`replay_sharded` then reads the input again the
+        whole-input way."""
+        return not (self.mismatch or self.unread)
 
 
 def replay_ranges(
