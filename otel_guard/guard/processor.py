@@ -745,9 +745,7 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
-            parent = _sdk.parent(span)
-            start_time = _sdk.start_time(span)
-            context = _sdk.context(span)
+            parent, start_time, context = _sdk.call_fields(span)
         except AttributeError:
             parent = span.parent
             start_time = span.start_time
