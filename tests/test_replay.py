@@ -18,7 +18,7 @@ from otel_guard.guard.processor import BatchEvaluation, GuardAction
 from otel_guard.guard.telemetry import TRANSITION_EVENT
 from otel_guard.reducer import Batch, Decision, GuardState, Observation
 from otel_guard.replay.otlp_json import encode_request, parse_request
-from otel_guard.replay.replayer import GuardReport, Replayer, TelemetryAudit
+from otel_guard.replay.replayer import GuardPipeline, GuardReport, Replayer, TelemetryAudit
 
 CANCELLED = Call(status="cancelled", execution="not_started", error_type=None)
 
@@ -288,3 +288,21 @@ def test_sensitive_fields_in_guard_telemetry_are_violations() -> None:
     logger.emit(event_name=TRANSITION_EVENT, body="raw error text")
     assert report.violations["sensitive_telemetry"] == 4
     provider.shutdown()
+
+
+def test_the_replay_pipeline_audits_every_record_its_guard_emits() -> None:
+    # The pipeline's logger audits records as emitted instead of building SDK records: it must
+    # still see each one, as TelemetryAudit sees them, through the guard's own telemetry.
+    pipeline = GuardPipeline("shadow", host=True)
+    emit = pipeline.guard._telemetry._emit
+    assert emit(TRANSITION_EVENT, {"decision": "tracked", "prompt_id": "p"}, None, 1, 1)
+    assert pipeline.report.invariant_violations == 0
+    emit(TRANSITION_EVENT, {"gen_ai.tool.name": "run_shell"}, None, 1, 1)
+    emit(TRANSITION_EVENT, {"decision": "exploded"}, None, 1, 1)
+    emit(TRANSITION_EVENT, {"execution_error_type": "/etc/passwd"}, None, 1, 1)
+    emit("some.other.event", {"decision": "tracked"}, None, 1, 1)
+    assert pipeline.report.violations["sensitive_telemetry"] == 4
+    logger = pipeline.logger_provider.get_logger("otel_guard")
+    logger.emit(event_name=TRANSITION_EVENT, body="raw error text")
+    assert pipeline.report.violations["sensitive_telemetry"] == 5
+    assert pipeline.close() is pipeline.report
