@@ -6,6 +6,7 @@ import json
 import random
 from typing import Any
 
+import pytest
 from harness import FAIL, OK, Call, Harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,11 +15,13 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
-from otel_guard.guard.processor import BatchEvaluation, GuardAction
+import otel_guard.replay.replayer as replayer_module
+from otel_guard.guard.processor import BatchEvaluation, GuardAction, GuardSpanProcessor
 from otel_guard.guard.telemetry import TRANSITION_EVENT
 from otel_guard.reducer import Batch, Decision, GuardState, Observation
 from otel_guard.replay.otlp_json import encode_request, parse_request
 from otel_guard.replay.replayer import GuardPipeline, GuardReport, Replayer, TelemetryAudit
+from otel_guard.spans.attributes import PROMPT_ID
 
 CANCELLED = Call(status="cancelled", execution="not_started", error_type=None)
 
@@ -71,6 +74,37 @@ def test_replay_in_any_span_order_matches_the_live_guard(
     assert decisions(report) == harness.decision_counts()
     assert report.invariant_violations == 0
     assert report.total["spans"] == len(spans)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    prompts=_PROMPTS,
+    mode=st.sampled_from(["shadow", "enforce"]),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_only_spans_the_guard_may_start_are_started_and_the_report_is_the_same(
+    prompts: dict[str, list[list[Call]]], mode: str, seed: int
+) -> None:
+    _, spans = live(prompts, mode)
+    random.Random(seed).shuffle(spans)
+    started: list[ReadableSpan] = []
+    on_start = GuardSpanProcessor.on_start
+
+    def recording(self: GuardSpanProcessor, span: Any, parent_context: Any = None) -> None:
+        started.append(span)
+        on_start(self, span, parent_context)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GuardSpanProcessor, "on_start", recording)
+        filtered = replay(spans, mode).to_json()
+        assert {id(s) for s in started} == {
+            id(s) for s in spans if PROMPT_ID in (s.attributes or {})
+        }
+        # Every span started, as before the filter: the same report.
+        patch.setattr(replayer_module, "_matters_at_start", lambda attributes: True)
+        started.clear()
+        assert replay(spans, mode).to_json() == filtered
+        assert len(started) == len(spans)
 
 
 def test_batches_that_are_their_own_traces_replay_in_start_order() -> None:

@@ -12,7 +12,9 @@ order) back into the start/end sequence the processor would have seen live:
 * a span read twice (same trace and span ID: a retried or overlapping export) is replayed once,
   whether its trace is still buffered or was replayed recently;
 * a replayed trace's starts and ends are merged in time order (a parent starts before its
-  children, a child ends before its parent when both end at the same nanosecond);
+  children, a child ends before its parent when both end at the same nanosecond); a start is
+  replayed only for spans the guard's ``START_INTEREST`` names, as the fused dispatch calls it
+  live, since its ``on_start`` does nothing for the others;
 * the replay acts as a host that reads the guard's action after every batch, so ``enforce``
   really issues stops.
 
@@ -51,7 +53,7 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 )
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
-from otel_guard.guard.processor import BatchEvaluation, GuardSpanProcessor, Profile
+from otel_guard.guard.processor import ANY_VALUE, BatchEvaluation, GuardSpanProcessor, Profile
 from otel_guard.guard.telemetry import (
     DIAGNOSTIC_EVENT,
     LOOP_EVENT,
@@ -710,22 +712,45 @@ class GuardPipeline:
         return self.report
 
 
-# A buffered span: the span, its span ID (None without a context), its parent's span ID, and
-# its start and end times, read once when it is buffered.
-_Buffered = tuple[ReadableSpan, int | None, int | None, int, int]
+# A buffered span: the span, its span ID (None without a context), its parent's span ID, its
+# start and end times, and whether the guard's on_start can matter for it, read once when it is
+# buffered.
+_Buffered = tuple[ReadableSpan, int | None, int | None, int, int, bool]
 
 
 class _Trace:
-    __slots__ = ("duplicates", "spans", "start")
+    __slots__ = ("duplicates", "model_calls", "spans", "start")
 
     def __init__(self, start: int) -> None:
         # Span ID -> span, in the order read: the replay's tie-break, and the parent look-up.
         self.spans: dict[int, _Buffered] = {}
         self.start = start  # the earliest start time read
         self.duplicates: list[tuple[Resource, int]] = []  # spans read again: resource, start
+        self.model_calls: list[ReadableSpan] = []  # its model-call spans, in the order read
 
     def spans_read(self) -> Iterator[ReadableSpan]:
         return (buffered[0] for buffered in self.spans.values())
+
+
+_START_KEYS: Final = frozenset(
+    key for key, value in GuardSpanProcessor.START_INTEREST if value is ANY_VALUE
+)
+_START_VALUES: Final = tuple(
+    (key, value) for key, value in GuardSpanProcessor.START_INTEREST if value is not ANY_VALUE
+)
+_MISSING: Final = object()
+
+
+def _matters_at_start(attributes: Mapping[str, Any]) -> bool:
+    """Whether the guard's ``on_start`` can do anything for a span with these attributes: it
+    carries one of the guard's :attr:`~GuardSpanProcessor.START_INTEREST` (the test the fused
+    dispatch makes live). The replay leaves out the start of every other span."""
+    if not _START_KEYS.isdisjoint(attributes):
+        return True
+    # Keys the guard wants with one value only: none today, so no generator is made per span.
+    return bool(_START_VALUES) and any(
+        attributes.get(key, _MISSING) == value for key, value in _START_VALUES
+    )
 
 
 def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
@@ -823,6 +848,7 @@ class Replayer:
         read = self._read
         # Most spans name neither ID: bound_ids is called only for those that do.
         prompt_id, conversation_id = attr.PROMPT_ID, attr.CONVERSATION_ID
+        operation_name, model_operations = attr.OPERATION_NAME, attr.MODEL_OPERATIONS
         try:
             for span in spans:
                 # The fields every ReadableSpan sets, read directly: each property is a call.
@@ -858,13 +884,15 @@ class Replayer:
                 if start < trace.start:
                     trace.start = start
                 store = span._attributes
-                if (
-                    type(store) is Attributes
-                    and (prompt_id in store or conversation_id in store)
-                    and bound_ids(store)
-                ):
-                    # Buffered spans keep a fixed-size digest of an over-long ID, not the ID.
-                    self.report.bounds["prompt_ids"] += 1
+                if type(store) is Attributes:
+                    if (prompt_id in store or conversation_id in store) and bound_ids(store):
+                        # Buffered spans keep a fixed-size digest of an over-long ID, not the ID.
+                        self.report.bounds["prompt_ids"] += 1
+                    attributes: Mapping[str, Any] = store
+                else:
+                    attributes = _attributes_of(span)
+                if attributes.get(operation_name) in model_operations:
+                    trace.model_calls.append(span)
                 parent = span._parent
                 buffered[key] = (
                     span,
@@ -872,6 +900,7 @@ class Replayer:
                     None if parent is None else parent[1],
                     start,
                     span._end_time or 0,
+                    _matters_at_start(attributes),
                 )
                 if parent is None:
                     finished.append((trace_id, read + window))
@@ -1010,14 +1039,10 @@ class Replayer:
         by_id = trace.spans
         events = _events(list(by_id.values()), by_id)
         model_calls: dict[int, str] = {}
-        for buffered in by_id.values():
-            record = buffered[0]
-            store = getattr(record, "_attributes", None)  # _attributes_of, inlined: per span
-            attributes = store if type(store) is Attributes else _attributes_of(record)
-            if attributes.get(attr.OPERATION_NAME) in attr.MODEL_OPERATIONS:
-                prompt = _prompt_of(record, by_id)
-                if prompt is not None:
-                    model_calls[id(record)] = prompt
+        for record in trace.model_calls:
+            prompt = _prompt_of(record, by_id)
+            if prompt is not None:
+                model_calls[id(record)] = prompt
         for pipeline in self._pipelines:
             # on_start reads only what a ReadableSpan has: context, parent and attributes.
             on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
@@ -1046,7 +1071,9 @@ def _events(
     ``spans`` are the trace's spans in the order read, ``by_id`` the same by span ID. Each event
     is ``(time, is_end, tie-break, index in spans, span)``; no two agree on the first four, so a
     plain sort orders them (never comparing spans): by time, starts before ends, then parents
-    start first and children end first, then in the order read.
+    start first and children end first, then in the order read. A span whose start cannot
+    matter to the guard has its end event only: leaving an event out leaves the others in the
+    same order, and most spans (tool and model calls) are of that kind.
     """
     placed: dict[int, tuple[int, int]] = {}  # span ID -> (effective start, depth)
 
@@ -1081,7 +1108,7 @@ def _events(
     events: list[tuple[int, int, int, int, ReadableSpan]] = []
     append = events.append
     for index, span in enumerate(spans):
-        record, span_id, parent_id, start, end = span
+        record, span_id, parent_id, start, end, starts = span
         # The common cases of place() without its walk: the span is placed already, or its
         # parent is (spans are read children first, so siblings find their parent placed).
         if span_id is None:
@@ -1098,7 +1125,8 @@ def _events(
                 else:
                     here = place(span)
             start, depth = here
-        append((start, 0, depth, index, record))
+        if starts:
+            append((start, 0, depth, index, record))
         append((end if end > start else start, 1, -depth, index, record))
     events.sort()
     return events
