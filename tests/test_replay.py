@@ -107,6 +107,20 @@ def test_only_spans_the_guard_may_start_are_started_and_the_report_is_the_same(
         assert len(started) == len(spans)
 
 
+def test_the_replay_host_takes_every_action_the_guard_holds() -> None:
+    # The pipeline reads the guard's action only after batches that decided one: none may be
+    # left pending, and the stop that needs the reminder taken is still issued.
+    prompts = {"p1": [[FAIL] * 4] * 4, "p2": [[FAIL] * 4, [OK], [FAIL] * 4, [FAIL] * 4]}
+    harness, spans = live(prompts, "enforce")
+    replayer = Replayer("enforce")
+    replayer.add(spans)
+    replayer._replay_in_start_order(list(replayer._traces))
+    assert all(replayer.pipeline.guard.take_action(p) is None for p in prompts)
+    report = replayer.finish()
+    assert decisions(report) == harness.decision_counts()
+    assert report.total["decisions"]["stopped"] >= 1
+
+
 def test_batches_that_are_their_own_traces_replay_in_start_order() -> None:
     prompts = {"p": [[FAIL] * 4, [FAIL] * 4, [FAIL] * 4]}
     harness, spans = live(prompts, "enforce", prompt_spans=False)

@@ -283,12 +283,12 @@ class GuardReport:
     def observe(self, evaluation: BatchEvaluation) -> None:
         """Record one evaluated batch (a processor listener)."""
         span = evaluation.span
-        span_context = span.context
         end_ns = span.end_time or 0
         audit = self._prompts.get(evaluation.prompt_id)
         group, tally = self._resource_group(span.resource)
         tallies = (self.total, tally, self._day(end_ns))
         if audit is None:
+            span_context = span.context
             audit = _PromptAudit(group, span_context.trace_id if span_context else 0)
             self._prompts[evaluation.prompt_id] = audit
             if len(self._prompts) > _MAX_PROMPT_AUDITS:
@@ -412,7 +412,8 @@ class GuardReport:
         incomplete = not evaluation.batch.complete or "" in call_ids
         if evaluation.profile == "acp":
             # A batch span proves completeness by its admitted count.
-            admitted = (evaluation.span.attributes or {}).get(attr.BATCH_ADMITTED)
+            # The attribute store itself: the public property wraps it in a new proxy per call.
+            admitted = _attributes_of(evaluation.span).get(attr.BATCH_ADMITTED)
             incomplete = incomplete or type(admitted) is not int or admitted != len(call_ids)
         # An inferred batch (sections 3b, 3c) has no admitted count: it is complete when every
         # call of its window had ended when it settled, each with its own ID.
@@ -697,7 +698,10 @@ class GuardPipeline:
         self.report.observe(evaluation)
         if self._listener is not None:
             self._listener(evaluation)
-        if self._host:
+        if self._host and evaluation.action is not None:
+            # The guard holds a pending action only when this batch decided one (it sets it to
+            # the evaluation's, and the replay's one thread runs nothing in between): reading
+            # it after any other batch would return None and change nothing.
             self.guard.take_action(evaluation.prompt_id)
 
     def close(self) -> GuardReport:
@@ -774,10 +778,38 @@ def prompt_key(span: ReadableSpan) -> str | None:
     return None
 
 
-def _prompt_of(span: ReadableSpan, by_id: Mapping[int, _Buffered]) -> str | None:
-    """The prompt a model-call span belongs to: the nearest ancestor (or itself) naming one."""
+_PROMPT_DEPTH: Final = 64  # spans looked at, the model call included, for its prompt
+
+
+def _prompt_of(
+    span: ReadableSpan, by_id: Mapping[int, _Buffered], above: dict[int, str | None]
+) -> str | None:
+    """The prompt a model-call span belongs to: the nearest ancestor (or itself) naming one.
+
+    ``above`` keeps, by parent span ID, what the walk from that parent found (within one
+    trace): the model calls of a turn share their parent, and each walks it with the same
+    depth left."""
+    parent = span.parent
+    if (
+        parent is None
+        or prompt_key(span) is not None
+        or _attributes_of(span).get(attr.OPERATION_NAME) == attr.INVOKE_AGENT
+    ):
+        return _prompt_above(span, by_id, _PROMPT_DEPTH)  # no walk to share
+    parent_id = parent.span_id
+    if parent_id not in above:
+        found = by_id.get(parent_id)
+        above[parent_id] = (
+            None if found is None else _prompt_above(found[0], by_id, _PROMPT_DEPTH - 1)
+        )
+    return above[parent_id]
+
+
+def _prompt_above(span: ReadableSpan, by_id: Mapping[int, _Buffered], depth: int) -> str | None:
+    """The prompt of the nearest of ``span`` and its ancestors naming one, looking at ``depth``
+    spans at most."""
     current = span
-    for _ in range(64):
+    for _ in range(depth):
         key = prompt_key(current)
         if key is not None:
             return key
@@ -1039,8 +1071,9 @@ class Replayer:
         by_id = trace.spans
         events = _events(list(by_id.values()), by_id)
         model_calls: dict[int, str] = {}
+        above: dict[int, str | None] = {}
         for record in trace.model_calls:
-            prompt = _prompt_of(record, by_id)
+            prompt = _prompt_of(record, by_id, above)
             if prompt is not None:
                 model_calls[id(record)] = prompt
         for pipeline in self._pipelines:
