@@ -298,16 +298,21 @@ class GuardReport:
             self.profiles[evaluation.profile] += 1
         else:
             self._prompts.move_to_end(evaluation.prompt_id)
-        calls = [o for o in evaluation.batch.observations if not o.provider_duplicate]
+        observations = evaluation.batch.observations
+        calls: Sequence[Observation] = observations
+        for o in observations:  # a provider duplicate is rare: the batch's tuple serves as is
+            if o.provider_duplicate:
+                calls = [o for o in observations if not o.provider_duplicate]
+                break
         value = evaluation.decision_value
-        reason = evaluation.decision.reason
         for counts in tallies:
             counts["batches"] += 1
-            if value is not None:
+        if value is not None:  # most batches decide nothing
+            reason = evaluation.decision.reason
+            for counts in tallies:
                 counts["decisions"][value] += 1
-            if value == "reset" and reason is not None:
-                counts["reset_reasons"][reason] += 1
-        if value is not None:
+                if value == "reset" and reason is not None:
+                    counts["reset_reasons"][reason] += 1
             self._timeline(end_ns, group, value)
         self._check(evaluation, audit, calls)
         state = evaluation.decision.state
