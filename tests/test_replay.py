@@ -101,6 +101,7 @@ def test_only_spans_the_guard_may_start_are_started_and_the_report_is_the_same(
             id(s) for s in spans if PROMPT_ID in (s.attributes or {})
         }
         # Every span started, as before the filter: the same report.
+        patch.setattr(replayer_module, "_START_VALUES", (("any key", "any value"),))
         patch.setattr(replayer_module, "_matters_at_start", lambda attributes: True)
         started.clear()
         assert replay(spans, mode).to_json() == filtered

@@ -882,10 +882,13 @@ class Replayer:
         traces = self._traces
         finished = self._finished
         window = self._window
+        max_spans = self._max_spans
         read = self._read
         # Most spans name neither ID: bound_ids is called only for those that do.
         prompt_id, conversation_id = attr.PROMPT_ID, attr.CONVERSATION_ID
         operation_name, model_operations = attr.OPERATION_NAME, attr.MODEL_OPERATIONS
+        # _matters_at_start, its test of keys written out: it runs once per span.
+        start_keys, start_values = _START_KEYS, _START_VALUES
         try:
             for span in spans:
                 # The fields every ReadableSpan sets, read directly: each property is a call.
@@ -937,11 +940,12 @@ class Replayer:
                     None if parent is None else parent[1],
                     start,
                     span._end_time or 0,
-                    _matters_at_start(attributes),
+                    not start_keys.isdisjoint(attributes)
+                    or bool(start_values and _matters_at_start(attributes)),
                 )
                 if parent is None:
                     finished.append((trace_id, read + window))
-                if len(buffered) >= self._max_spans:
+                if len(buffered) >= max_spans:
                     self._replay(trace_id, bound="trace_spans")
         finally:
             self._read = read
