@@ -6,6 +6,7 @@ import json
 import random
 from typing import Any
 
+import pytest
 from harness import FAIL, OK, Call, Harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,11 +15,13 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
-from otel_guard.guard.processor import BatchEvaluation, GuardAction
+import otel_guard.replay.replayer as replayer_module
+from otel_guard.guard.processor import BatchEvaluation, GuardAction, GuardSpanProcessor
 from otel_guard.guard.telemetry import TRANSITION_EVENT
 from otel_guard.reducer import Batch, Decision, GuardState, Observation
 from otel_guard.replay.otlp_json import encode_request, parse_request
-from otel_guard.replay.replayer import GuardReport, Replayer, TelemetryAudit
+from otel_guard.replay.replayer import GuardPipeline, GuardReport, Replayer, TelemetryAudit
+from otel_guard.spans.attributes import PROMPT_ID
 
 CANCELLED = Call(status="cancelled", execution="not_started", error_type=None)
 
@@ -71,6 +74,52 @@ def test_replay_in_any_span_order_matches_the_live_guard(
     assert decisions(report) == harness.decision_counts()
     assert report.invariant_violations == 0
     assert report.total["spans"] == len(spans)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    prompts=_PROMPTS,
+    mode=st.sampled_from(["shadow", "enforce"]),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_only_spans_the_guard_may_start_are_started_and_the_report_is_the_same(
+    prompts: dict[str, list[list[Call]]], mode: str, seed: int
+) -> None:
+    _, spans = live(prompts, mode)
+    random.Random(seed).shuffle(spans)
+    started: list[ReadableSpan] = []
+    on_start = GuardSpanProcessor.on_start
+
+    def recording(self: GuardSpanProcessor, span: Any, parent_context: Any = None) -> None:
+        started.append(span)
+        on_start(self, span, parent_context)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GuardSpanProcessor, "on_start", recording)
+        filtered = replay(spans, mode).to_json()
+        assert {id(s) for s in started} == {
+            id(s) for s in spans if PROMPT_ID in (s.attributes or {})
+        }
+        # Every span started, as before the filter: the same report.
+        patch.setattr(replayer_module, "_START_VALUES", (("any key", "any value"),))
+        patch.setattr(replayer_module, "_matters_at_start", lambda attributes: True)
+        started.clear()
+        assert replay(spans, mode).to_json() == filtered
+        assert len(started) == len(spans)
+
+
+def test_the_replay_host_takes_every_action_the_guard_holds() -> None:
+    # The pipeline reads the guard's action only after batches that decided one: none may be
+    # left pending, and the stop that needs the reminder taken is still issued.
+    prompts = {"p1": [[FAIL] * 4] * 4, "p2": [[FAIL] * 4, [OK], [FAIL] * 4, [FAIL] * 4]}
+    harness, spans = live(prompts, "enforce")
+    replayer = Replayer("enforce")
+    replayer.add(spans)
+    replayer._replay_in_start_order(list(replayer._traces))
+    assert all(replayer.pipeline.guard.take_action(p) is None for p in prompts)
+    report = replayer.finish()
+    assert decisions(report) == harness.decision_counts()
+    assert report.total["decisions"]["stopped"] >= 1
 
 
 def test_batches_that_are_their_own_traces_replay_in_start_order() -> None:
@@ -288,3 +337,21 @@ def test_sensitive_fields_in_guard_telemetry_are_violations() -> None:
     logger.emit(event_name=TRANSITION_EVENT, body="raw error text")
     assert report.violations["sensitive_telemetry"] == 4
     provider.shutdown()
+
+
+def test_the_replay_pipeline_audits_every_record_its_guard_emits() -> None:
+    # The pipeline's logger audits records as emitted instead of building SDK records: it must
+    # still see each one, as TelemetryAudit sees them, through the guard's own telemetry.
+    pipeline = GuardPipeline("shadow", host=True)
+    emit = pipeline.guard._telemetry._emit
+    assert emit(TRANSITION_EVENT, {"decision": "tracked", "prompt_id": "p"}, None, 1, 1)
+    assert pipeline.report.invariant_violations == 0
+    emit(TRANSITION_EVENT, {"gen_ai.tool.name": "run_shell"}, None, 1, 1)
+    emit(TRANSITION_EVENT, {"decision": "exploded"}, None, 1, 1)
+    emit(TRANSITION_EVENT, {"execution_error_type": "/etc/passwd"}, None, 1, 1)
+    emit("some.other.event", {"decision": "tracked"}, None, 1, 1)
+    assert pipeline.report.violations["sensitive_telemetry"] == 4
+    logger = pipeline.logger_provider.get_logger("otel_guard")
+    logger.emit(event_name=TRANSITION_EVENT, body="raw error text")
+    assert pipeline.report.violations["sensitive_telemetry"] == 5
+    assert pipeline.close() is pipeline.report

@@ -13,6 +13,7 @@ from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadWrit
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.trace import SpanContext
 
 from otel_guard.guard.telemetry import (
     DECISIONS_METRIC,
@@ -22,10 +23,11 @@ from otel_guard.guard.telemetry import (
     OBSERVATIONS_METRIC,
     SCOPE_NAME,
     TRANSITION_EVENT,
+    Decided,
     GuardTelemetry,
     Transition,
 )
-from otel_guard.reducer import Observation
+from otel_guard.reducer import Batch, GuardInput, GuardState, Observation, reduce
 from otel_guard.version import __version__
 
 
@@ -412,3 +414,34 @@ def test_an_emission_bug_is_one_error_named_flush_and_the_queue_goes_on(
         DIAGNOSTIC_EVENT
     ]
     telemetry.close()
+
+
+def test_a_decided_transition_carries_each_field_by_its_name() -> None:
+    # transition() builds the named tuple from its fields in order: a field out of place would
+    # show here under another name.
+    calls = tuple(
+        Observation(f"c{i}", "run_shell", "mcp", "error", "error", "exit_code", False)
+        for i in range(4)
+    )
+    before = GuardState.initial()
+    decision = reduce(before, GuardInput("enforce", Batch(True, calls), False, False, True))
+    context = SpanContext(1, 2, False)
+    decided = Decided("p", "enforce", before, decision.state, "tracked", None, calls, context, 9)
+    made = decided.transition()
+    assert type(made) is Transition
+    assert made._asdict() == {
+        "prompt_id": "p",
+        "mode": "enforce",
+        "phase_before": "idle",
+        "phase_after": decision.state.phase,
+        "decision": "tracked",
+        "failure_count": decision.state.failure_count,
+        "batch_count": decision.state.batch_count,
+        "candidate_ordinal": decision.state.candidate_ordinal,
+        "reset_reason": None,
+        "tool_type": "mcp",
+        "execution_error_type": "exit_code",
+        "span_context": context,
+        "timestamp": 9,
+    }
+    assert decision.state.phase == "tracking" and decision.state.failure_count == 4

@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanContext
 __all__ = [
     "attribute_dict",
     "attributes",
+    "call_fields",
     "check",
     "context",
     "end_time",
@@ -41,6 +42,9 @@ start_time: Final[Any] = attrgetter("_start_time")
 """``ReadableSpan.start_time``, nanoseconds since the epoch (``None`` before start)."""
 end_time: Final[Any] = attrgetter("_end_time")
 """``ReadableSpan.end_time``, nanoseconds since the epoch (``None`` before end)."""
+
+call_fields: Final[Any] = attrgetter("_parent", "_start_time", "_context")
+"""``(parent, start_time, context)`` of an ended tool-call span in one C call."""
 
 SPAN_ID: Final = 1
 """A ``SpanContext`` is a tuple with the span ID at this index (its documented layout); the tuple
@@ -83,6 +87,7 @@ def check() -> list[str]:
         "parent": (parent, readable.parent),
         "start_time": (start_time, readable.start_time),
         "end_time": (end_time, readable.end_time),
+        "call_fields": (call_fields, (readable.parent, readable.start_time, readable.context)),
     }
     problems: list[str] = []
     for name, (reader, value) in expected.items():

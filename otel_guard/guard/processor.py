@@ -697,7 +697,7 @@ class GuardSpanProcessor(SpanProcessor):
         with self._lock:
             ref = self._tracked.pop(context[_SPAN_ID], None)
             if type(ref) is _OpenBatch:
-                evaluation = self._end_batch(span, context, ref, out)
+                evaluation = self._end_batch(span, context, attributes, ref, out)
             elif type(ref) is _PromptSpan:
                 self._end_prompt_span(ref.prompt_id)
                 parent = span.parent
@@ -745,9 +745,7 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
-            parent = _sdk.parent(span)
-            start_time = _sdk.start_time(span)
-            context = _sdk.context(span)
+            parent, start_time, context = _sdk.call_fields(span)
         except AttributeError:
             parent = span.parent
             start_time = span.start_time
@@ -861,16 +859,17 @@ class GuardSpanProcessor(SpanProcessor):
         return prompt
 
     def _end_batch(
-        self, span: ReadableSpan, context: SpanContext, batch: _OpenBatch, out: list[_Emission]
+        self,
+        span: ReadableSpan,
+        context: SpanContext,
+        attributes: Mapping[str, Any],
+        batch: _OpenBatch,
+        out: list[_Emission],
     ) -> BatchEvaluation | None:
         ended = self._ended_batches
         ended[context[_SPAN_ID]] = batch.prompt_id
         if len(ended) > _ENDED_BATCHES:
             ended.popitem(last=False)
-        try:
-            attributes = _sdk.attribute_dict(span)
-        except AttributeError:
-            attributes = _attributes(span)
         if _BATCH_ADMITTED not in attributes:
             self._release(batch)
             return None  # carried a prompt ID but is not a batch span

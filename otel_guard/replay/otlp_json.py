@@ -616,7 +616,11 @@ def _common_span(
         return None
     context = by_span_id.get(span_text)
     if context is None or context[0] != trace_id or context[3] is not trace_flags:
-        span_id = _id_number(span_text, 8)
+        # _id_number, its hex case inlined: a span ID is new on every span.
+        if len(span_text) == 16 and _HEX.issuperset(span_text):
+            span_id: int | None = int(span_text, 16)
+        else:
+            span_id = _id_number(span_text, 8)
         if not span_id:
             return None
         context = by_span_id[span_text] = _new_tuple(
@@ -630,7 +634,10 @@ def _common_span(
             return None
         parent = by_span_id.get(parent_text)
         if parent is None or parent[0] != trace_id or parent[3] is not trace_flags:
-            parent_id = _id_number(parent_text, 8)
+            if len(parent_text) == 16 and _HEX.issuperset(parent_text):
+                parent_id: int | None = int(parent_text, 16)
+            else:
+                parent_id = _id_number(parent_text, 8)
             if parent_id is None:
                 return None
             if parent_id:
@@ -709,6 +716,10 @@ def _common_attributes(entries: list[Any]) -> Attributes | None:
                 value = body.get("intValue")  # checked as _scalar checks it
                 if type(value) is str and len(value) <= 18 and value.isdigit() and value.isascii():
                     result[key] = int(value)
+                    continue
+                value = body.get("boolValue")  # batch spans carry three
+                if type(value) is bool:
+                    result[key] = value
                     continue
         # The others as _attributes reads them.
         if type(item) is not dict:

@@ -12,7 +12,9 @@ order) back into the start/end sequence the processor would have seen live:
 * a span read twice (same trace and span ID: a retried or overlapping export) is replayed once,
   whether its trace is still buffered or was replayed recently;
 * a replayed trace's starts and ends are merged in time order (a parent starts before its
-  children, a child ends before its parent when both end at the same nanosecond);
+  children, a child ends before its parent when both end at the same nanosecond); a start is
+  replayed only for spans the guard's ``START_INTEREST`` names, as the fused dispatch calls it
+  live, since its ``on_start`` does nothing for the others;
 * the replay acts as a host that reads the guard's action after every batch, so ``enforce``
   really issues stops.
 
@@ -37,12 +39,10 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
 
-from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
-from opentelemetry.sdk._logs.export import (
-    LogRecordExporter,
-    LogRecordExportResult,
-    SimpleLogRecordProcessor,
-)
+from opentelemetry._logs import Logger
+from opentelemetry._logs import LoggerProvider as ApiLoggerProvider
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -53,7 +53,7 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
 )
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
 
-from otel_guard.guard.processor import BatchEvaluation, GuardSpanProcessor, Profile
+from otel_guard.guard.processor import ANY_VALUE, BatchEvaluation, GuardSpanProcessor, Profile
 from otel_guard.guard.telemetry import (
     DIAGNOSTIC_EVENT,
     LOOP_EVENT,
@@ -283,12 +283,12 @@ class GuardReport:
     def observe(self, evaluation: BatchEvaluation) -> None:
         """Record one evaluated batch (a processor listener)."""
         span = evaluation.span
-        span_context = span.context
         end_ns = span.end_time or 0
         audit = self._prompts.get(evaluation.prompt_id)
         group, tally = self._resource_group(span.resource)
         tallies = (self.total, tally, self._day(end_ns))
         if audit is None:
+            span_context = span.context
             audit = _PromptAudit(group, span_context.trace_id if span_context else 0)
             self._prompts[evaluation.prompt_id] = audit
             if len(self._prompts) > _MAX_PROMPT_AUDITS:
@@ -298,16 +298,21 @@ class GuardReport:
             self.profiles[evaluation.profile] += 1
         else:
             self._prompts.move_to_end(evaluation.prompt_id)
-        calls = [o for o in evaluation.batch.observations if not o.provider_duplicate]
+        observations = evaluation.batch.observations
+        calls: Sequence[Observation] = observations
+        for o in observations:  # a provider duplicate is rare: the batch's tuple serves as is
+            if o.provider_duplicate:
+                calls = [o for o in observations if not o.provider_duplicate]
+                break
         value = evaluation.decision_value
-        reason = evaluation.decision.reason
         for counts in tallies:
             counts["batches"] += 1
-            if value is not None:
+        if value is not None:  # most batches decide nothing
+            reason = evaluation.decision.reason
+            for counts in tallies:
                 counts["decisions"][value] += 1
-            if value == "reset" and reason is not None:
-                counts["reset_reasons"][reason] += 1
-        if value is not None:
+                if value == "reset" and reason is not None:
+                    counts["reset_reasons"][reason] += 1
             self._timeline(end_ns, group, value)
         self._check(evaluation, audit, calls)
         state = evaluation.decision.state
@@ -412,7 +417,8 @@ class GuardReport:
         incomplete = not evaluation.batch.complete or "" in call_ids
         if evaluation.profile == "acp":
             # A batch span proves completeness by its admitted count.
-            admitted = (evaluation.span.attributes or {}).get(attr.BATCH_ADMITTED)
+            # The attribute store itself: the public property wraps it in a new proxy per call.
+            admitted = _attributes_of(evaluation.span).get(attr.BATCH_ADMITTED)
             incomplete = incomplete or type(admitted) is not int or admitted != len(call_ids)
         # An inferred batch (sections 3b, 3c) has no admitted count: it is complete when every
         # call of its window had ended when it settled, each with its own ID.
@@ -422,11 +428,18 @@ class GuardReport:
     def audit_log_record(self, record: ReadableLogRecord) -> None:
         """Check one guard log record against the closed output vocabulary."""
         log = record.log_record
-        ok = log.event_name in _EVENTS and log.body is None
         attributes = log.attributes
         # The SDK's attribute store iterates in Python, a call per entry: read its dictionary.
         store = getattr(attributes, "_dict", None)
-        for key, value in (store if type(store) is dict else attributes or {}).items():
+        self.audit_record(log.event_name, log.body, store if type(store) is dict else attributes)
+
+    def audit_record(
+        self, event_name: str | None, body: object, attributes: Mapping[str, Any] | None
+    ) -> None:
+        """Check one guard record (its event name, body and attributes) against the closed
+        output vocabulary."""
+        ok = event_name in _EVENTS and body is None
+        for key, value in (attributes or {}).items():
             if key not in _LOG_ALLOWED:
                 ok = False
             elif key in METRIC_ATTRIBUTE_VALUES:
@@ -588,6 +601,60 @@ class TelemetryAudit(LogRecordExporter):
         return True
 
 
+class _AuditLogger(Logger):
+    """Checks each record as the guard emits it (:meth:`GuardReport.audit_record`) and keeps
+    none: the replay's logger.
+
+    It sees what an SDK logger would hand :class:`TelemetryAudit`, without building the record:
+    the SDK copies and validates each record's attributes, about 150,000 instructions a record
+    and a tenth of a replay's CPU, for a record nothing exports.
+    """
+
+    def __init__(self, report: GuardReport, name: str) -> None:
+        super().__init__(name)
+        self._report = report
+
+    def emit(  # the keyword form only: the guard emits no LogRecord
+        self,
+        record: object = None,
+        *,
+        timestamp: int | None = None,
+        observed_timestamp: int | None = None,
+        context: object = None,
+        severity_number: object = None,
+        severity_text: str | None = None,
+        body: object = None,
+        attributes: Mapping[str, Any] | None = None,
+        event_name: str | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        if record is not None:
+            raise TypeError("the replay's audit logger takes keyword records only")
+        self._report.audit_record(event_name, body, attributes)
+
+    def enabled(self, **_: object) -> bool:
+        return True
+
+
+class _AuditLoggerProvider(ApiLoggerProvider):
+    """The logger provider of a :class:`GuardPipeline`: every logger audits into one report."""
+
+    def __init__(self, report: GuardReport) -> None:
+        self._report = report
+
+    def get_logger(
+        self,
+        name: str,
+        version: str | None = None,
+        schema_url: str | None = None,
+        attributes: object = None,
+    ) -> Logger:
+        return _AuditLogger(self._report, name)
+
+    def shutdown(self) -> None:
+        """Nothing is kept, so nothing is flushed."""
+
+
 class GuardPipeline:
     """A guard with in-memory telemetry that is audited, and a report fed by its listener.
 
@@ -610,10 +677,7 @@ class GuardPipeline:
         self._listener = listener
         self.metric_reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.metric_reader])
-        self.logger_provider = LoggerProvider()
-        self.logger_provider.add_log_record_processor(
-            SimpleLogRecordProcessor(TelemetryAudit(self.report))
-        )
+        self.logger_provider = _AuditLoggerProvider(self.report)
         self.now_ns = 0  # the replay's clock: span time, read by the guard in seconds
         self._host = host
         reducer: Callable[[GuardState, GuardInput], Decision] = reduce
@@ -639,7 +703,10 @@ class GuardPipeline:
         self.report.observe(evaluation)
         if self._listener is not None:
             self._listener(evaluation)
-        if self._host:
+        if self._host and evaluation.action is not None:
+            # The guard holds a pending action only when this batch decided one (it sets it to
+            # the evaluation's, and the replay's one thread runs nothing in between): reading
+            # it after any other batch would return None and change nothing.
             self.guard.take_action(evaluation.prompt_id)
 
     def close(self) -> GuardReport:
@@ -654,22 +721,45 @@ class GuardPipeline:
         return self.report
 
 
-# A buffered span: the span, its span ID (None without a context), its parent's span ID, and
-# its start and end times, read once when it is buffered.
-_Buffered = tuple[ReadableSpan, int | None, int | None, int, int]
+# A buffered span: the span, its span ID (None without a context), its parent's span ID, its
+# start and end times, and whether the guard's on_start can matter for it, read once when it is
+# buffered.
+_Buffered = tuple[ReadableSpan, int | None, int | None, int, int, bool]
 
 
 class _Trace:
-    __slots__ = ("duplicates", "spans", "start")
+    __slots__ = ("duplicates", "model_calls", "spans", "start")
 
     def __init__(self, start: int) -> None:
         # Span ID -> span, in the order read: the replay's tie-break, and the parent look-up.
         self.spans: dict[int, _Buffered] = {}
         self.start = start  # the earliest start time read
         self.duplicates: list[tuple[Resource, int]] = []  # spans read again: resource, start
+        self.model_calls: list[ReadableSpan] = []  # its model-call spans, in the order read
 
     def spans_read(self) -> Iterator[ReadableSpan]:
         return (buffered[0] for buffered in self.spans.values())
+
+
+_START_KEYS: Final = frozenset(
+    key for key, value in GuardSpanProcessor.START_INTEREST if value is ANY_VALUE
+)
+_START_VALUES: Final = tuple(
+    (key, value) for key, value in GuardSpanProcessor.START_INTEREST if value is not ANY_VALUE
+)
+_MISSING: Final = object()
+
+
+def _matters_at_start(attributes: Mapping[str, Any]) -> bool:
+    """Whether the guard's ``on_start`` can do anything for a span with these attributes: it
+    carries one of the guard's :attr:`~GuardSpanProcessor.START_INTEREST` (the test the fused
+    dispatch makes live). The replay leaves out the start of every other span."""
+    if not _START_KEYS.isdisjoint(attributes):
+        return True
+    # Keys the guard wants with one value only: none today, so no generator is made per span.
+    return bool(_START_VALUES) and any(
+        attributes.get(key, _MISSING) == value for key, value in _START_VALUES
+    )
 
 
 def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
@@ -693,10 +783,38 @@ def prompt_key(span: ReadableSpan) -> str | None:
     return None
 
 
-def _prompt_of(span: ReadableSpan, by_id: Mapping[int, _Buffered]) -> str | None:
-    """The prompt a model-call span belongs to: the nearest ancestor (or itself) naming one."""
+_PROMPT_DEPTH: Final = 64  # spans looked at, the model call included, for its prompt
+
+
+def _prompt_of(
+    span: ReadableSpan, by_id: Mapping[int, _Buffered], above: dict[int, str | None]
+) -> str | None:
+    """The prompt a model-call span belongs to: the nearest ancestor (or itself) naming one.
+
+    ``above`` keeps, by parent span ID, what the walk from that parent found (within one
+    trace): the model calls of a turn share their parent, and each walks it with the same
+    depth left."""
+    parent = span.parent
+    if (
+        parent is None
+        or prompt_key(span) is not None
+        or _attributes_of(span).get(attr.OPERATION_NAME) == attr.INVOKE_AGENT
+    ):
+        return _prompt_above(span, by_id, _PROMPT_DEPTH)  # no walk to share
+    parent_id = parent.span_id
+    if parent_id not in above:
+        found = by_id.get(parent_id)
+        above[parent_id] = (
+            None if found is None else _prompt_above(found[0], by_id, _PROMPT_DEPTH - 1)
+        )
+    return above[parent_id]
+
+
+def _prompt_above(span: ReadableSpan, by_id: Mapping[int, _Buffered], depth: int) -> str | None:
+    """The prompt of the nearest of ``span`` and its ancestors naming one, looking at ``depth``
+    spans at most."""
     current = span
-    for _ in range(64):
+    for _ in range(depth):
         key = prompt_key(current)
         if key is not None:
             return key
@@ -764,9 +882,13 @@ class Replayer:
         traces = self._traces
         finished = self._finished
         window = self._window
+        max_spans = self._max_spans
         read = self._read
         # Most spans name neither ID: bound_ids is called only for those that do.
         prompt_id, conversation_id = attr.PROMPT_ID, attr.CONVERSATION_ID
+        operation_name, model_operations = attr.OPERATION_NAME, attr.MODEL_OPERATIONS
+        # _matters_at_start, its test of keys written out: it runs once per span.
+        start_keys, start_values = _START_KEYS, _START_VALUES
         try:
             for span in spans:
                 # The fields every ReadableSpan sets, read directly: each property is a call.
@@ -802,13 +924,15 @@ class Replayer:
                 if start < trace.start:
                     trace.start = start
                 store = span._attributes
-                if (
-                    type(store) is Attributes
-                    and (prompt_id in store or conversation_id in store)
-                    and bound_ids(store)
-                ):
-                    # Buffered spans keep a fixed-size digest of an over-long ID, not the ID.
-                    self.report.bounds["prompt_ids"] += 1
+                if type(store) is Attributes:
+                    if (prompt_id in store or conversation_id in store) and bound_ids(store):
+                        # Buffered spans keep a fixed-size digest of an over-long ID, not the ID.
+                        self.report.bounds["prompt_ids"] += 1
+                    attributes: Mapping[str, Any] = store
+                else:
+                    attributes = _attributes_of(span)
+                if attributes.get(operation_name) in model_operations:
+                    trace.model_calls.append(span)
                 parent = span._parent
                 buffered[key] = (
                     span,
@@ -816,10 +940,12 @@ class Replayer:
                     None if parent is None else parent[1],
                     start,
                     span._end_time or 0,
+                    not start_keys.isdisjoint(attributes)
+                    or bool(start_values and _matters_at_start(attributes)),
                 )
                 if parent is None:
                     finished.append((trace_id, read + window))
-                if len(buffered) >= self._max_spans:
+                if len(buffered) >= max_spans:
                     self._replay(trace_id, bound="trace_spans")
         finally:
             self._read = read
@@ -954,14 +1080,11 @@ class Replayer:
         by_id = trace.spans
         events = _events(list(by_id.values()), by_id)
         model_calls: dict[int, str] = {}
-        for buffered in by_id.values():
-            record = buffered[0]
-            store = getattr(record, "_attributes", None)  # _attributes_of, inlined: per span
-            attributes = store if type(store) is Attributes else _attributes_of(record)
-            if attributes.get(attr.OPERATION_NAME) in attr.MODEL_OPERATIONS:
-                prompt = _prompt_of(record, by_id)
-                if prompt is not None:
-                    model_calls[id(record)] = prompt
+        above: dict[int, str | None] = {}
+        for record in trace.model_calls:
+            prompt = _prompt_of(record, by_id, above)
+            if prompt is not None:
+                model_calls[id(record)] = prompt
         for pipeline in self._pipelines:
             # on_start reads only what a ReadableSpan has: context, parent and attributes.
             on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
@@ -990,7 +1113,9 @@ def _events(
     ``spans`` are the trace's spans in the order read, ``by_id`` the same by span ID. Each event
     is ``(time, is_end, tie-break, index in spans, span)``; no two agree on the first four, so a
     plain sort orders them (never comparing spans): by time, starts before ends, then parents
-    start first and children end first, then in the order read.
+    start first and children end first, then in the order read. A span whose start cannot
+    matter to the guard has its end event only: leaving an event out leaves the others in the
+    same order, and most spans (tool and model calls) are of that kind.
     """
     placed: dict[int, tuple[int, int]] = {}  # span ID -> (effective start, depth)
 
@@ -1025,7 +1150,7 @@ def _events(
     events: list[tuple[int, int, int, int, ReadableSpan]] = []
     append = events.append
     for index, span in enumerate(spans):
-        record, span_id, parent_id, start, end = span
+        record, span_id, parent_id, start, end, starts = span
         # The common cases of place() without its walk: the span is placed already, or its
         # parent is (spans are read children first, so siblings find their parent placed).
         if span_id is None:
@@ -1042,7 +1167,8 @@ def _events(
                 else:
                     here = place(span)
             start, depth = here
-        append((start, 0, depth, index, record))
+        if starts:
+            append((start, 0, depth, index, record))
         append((end if end > start else start, 1, -depth, index, record))
     events.sort()
     return events
