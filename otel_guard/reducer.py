@@ -8,7 +8,7 @@ translates spans into :class:`GuardInput` and applies the decision's telemetry a
 from __future__ import annotations
 
 import re
-from typing import Literal, NamedTuple, get_args
+from typing import Literal, NamedTuple, cast, get_args
 
 __all__ = [
     "BATCH_THRESHOLD",
@@ -146,8 +146,9 @@ class Decision(NamedTuple):
     reason: ResetReason | None = None
 
 
-def parse_mode(value: str | None) -> Mode | None:
-    """Trim and lower-case ``value``; return the mode it names, or ``None`` if it names none."""
+def parse_mode(value: object) -> Mode | None:
+    """Trim and lower-case ``value``; return the mode it names, or ``None`` if it names none
+    (also when it is not a string)."""
     if not isinstance(value, str):
         return None
     return _MODES.get(value) or _MODES.get(value.strip().lower())
@@ -201,7 +202,10 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
     """
     # The values are unpacked once: a named tuple's field access is a descriptor call, tuple
     # unpacking is not, and this runs inside the agent's span.end().
-    requested, batch, has_external_input, has_queued_prompt, input_reliable = input
+    # The mode is read as any object: a compiled build checks a value's declared type when it is
+    # unpacked, and a mode that is not a string must read as shadow, not raise.
+    fields = cast("tuple[object, Batch, bool, bool, bool]", input)
+    requested, batch, has_external_input, has_queued_prompt, input_reliable = fields
     phase, current_key, failure_count, batch_count, ordinal, next_ordinal, disabled = state
     mode = _MODES.get(requested) if type(requested) is str else None
     if mode is None:
@@ -347,7 +351,8 @@ def reduce_with_thresholds(
     if after.key != state.key or kind not in ("tracked", "would_warn", "warn"):
         return decision
     if after.failure_count >= threshold and after.batch_count >= batch_threshold:
-        mode = parse_mode(input.mode) or "shadow"  # what-if only: no fast path needed
+        # What-if only: no fast path needed. Any object, as in reduce().
+        mode = parse_mode(cast("tuple[object, ...]", input)[0]) or "shadow"
         return Decision(
             "would_warn" if mode == "shadow" else "warn", after._replace(phase="warned")
         )

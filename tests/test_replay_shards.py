@@ -150,6 +150,7 @@ def test_jobs_read_standard_input_once(prompts_file: Path) -> None:
 def test_merge_writes_the_html_report_of_the_merged_shards(
     prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("matplotlib", reason="the HTML page needs the 'html' extra")
     paths = []
     for index in range(2):
         document = replay_shard([str(prompts_file)], "shadow", {"sweep": (4, 8)}, index, 2)

@@ -13,6 +13,9 @@ import pytest
 from test_replay_shards import write_prompts
 
 from otel_guard.cli import main
+
+pytest.importorskip("matplotlib", reason="the HTML page needs the 'html' extra")
+
 from otel_guard.replay.report_html import HOURS_SHOWN, render_html
 
 MEGABYTE = 1_000_000

@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace import (
     TracerProvider,
 )
 
+from otel_guard._compiled import mypyc_attr
 from otel_guard.guard import _sdkfields as _sdk
 from otel_guard.guard.processor import ANY_VALUE, GuardSpanProcessor
 
@@ -37,6 +38,7 @@ __all__ = ["GuardFirstSpanProcessor", "guarded_tracer_provider"]
 _MISSING = object()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class GuardFirstSpanProcessor(SynchronousMultiSpanProcessor):
     """A ``SynchronousMultiSpanProcessor`` whose first processor is the guard, called only for
     spans it may follow.

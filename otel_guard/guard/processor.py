@@ -39,6 +39,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 
+from otel_guard._compiled import mypyc_attr
 from otel_guard.guard import _sdkfields as _sdk
 from otel_guard.guard.mode import resolve_mode
 from otel_guard.guard.telemetry import (
@@ -248,6 +249,7 @@ _Emission = (
 _attributes = _sdk.attributes
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class GuardSpanProcessor(SpanProcessor):
     """Watches tool-call spans and runs the repeated-tool-failure guard for each prompt.
 
