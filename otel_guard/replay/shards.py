@@ -249,7 +249,6 @@ _Line = tuple[list[_Entry], bytes, list[tuple[int, int]]]
 replays and its decoder did not, as an OTLP/JSON request (empty if none); and the owners the
 line decided (trace ID, shard), as the reader's router decides them."""
 
-_UNASKED: Final[Any] = object()
 _AHEAD: Final = 2
 """Own ranges a process keeps decoded ahead of the one it replays."""
 
@@ -266,12 +265,10 @@ class _Range:
 
 @dataclass(slots=True)
 class _Decoded:
-    """A range this process decoded: its own lines, and the payloads for the others."""
+    """A range this process decoded: what it read, and its lines for this process."""
 
-    index: int
     range: _Range
     lines: list[_Line]
-    cpu: float
 
 
 class _Peer:
@@ -279,14 +276,14 @@ class _Peer:
     ``k % count == index``, replays shard ``index`` of the prompts, and exchanges with the others
     the spans of each other's shards.
 
-    Ranges are replayed in read order. A range decoded here hands every other process, as one
-    payload, the compact fields of the spans it replays and a placeholder for each of the
-    others; the spans of this process's own shard are never copied. A range decoded elsewhere
-    arrives as such a payload. While the next payload has not arrived, the process decodes up
-    to :data:`_AHEAD` of its own ranges ahead (and sends them), so no process waits on one that
-    waits on it: every range depends only on ranges before it, and each one's decoder reaches it.
-    Payloads go out through one thread per receiver, so two processes sending to each other at
-    once never block each other.
+    Ranges are replayed in read order. A range decoded here builds the spans this process
+    replays and hands every other process, as one payload, the spans it replays as they were
+    written (encoded again) and a placeholder for each of the others. A range decoded elsewhere
+    arrives as such a payload. The process keeps :data:`_AHEAD` of its own ranges decoded (and
+    sent) ahead of the one it replays, so no process waits on one that waits on it: every range
+    depends only on ranges before it, and each one's decoder reaches it. Payloads go out
+    through one thread per receiver, so two processes sending to each other at once never block
+    each other.
     """
 
     def __init__(
@@ -371,8 +368,7 @@ class _Peer:
         decoded, payloads = self._decode(k)
         for peer, payload in payloads.items():
             self._outbound[peer].send(payload)
-        decoded.cpu = time.process_time() - began
-        self.decoding += decoded.cpu
+        self.decoding += time.process_time() - began
         self.decoded_lines[k] = decoded.range.decoded
         self._ahead.append(decoded)
         self._stopped = decoded.range.error is not None
@@ -415,7 +411,7 @@ class _Peer:
             for shard in range(count)
             if shard != index
         }
-        return _Decoded(k, read, lines[index], 0.0), payloads
+        return _Decoded(read, lines[index]), payloads
 
     def _split(self, spans: list[Any], decoded: Decoded, router: _RangeRouter) -> list[_Line]:
         """One line for every process: this one's spans and placeholders, and for each other
@@ -502,8 +498,7 @@ class _Peer:
                     raise _Unread from None
             # What the replayer knows of a trace's owner changes only when a line is added:
             # asked once per trace and line.
-            owners: dict[int, bool | None] = {}
-            owner_of = owners.get
+            owners = _Owners(replayer)
             spans: list[Any] = []
             append = spans.append
             for entry in entries:
@@ -511,28 +506,34 @@ class _Peer:
                     if entry == 0:
                         entry = next(sent)
                     else:
-                        trace_id = abs(entry)
-                        owner = owner_of(trace_id, _UNASKED)
-                        if owner is _UNASKED:
-                            owner = owners[trace_id] = replayer.owner_of(trace_id)
-                        if owner:
+                        if owners[abs(entry)]:
                             self.mismatch = True
                         append(entry if entry > 0 else None)
                         continue
                 context = entry._context
                 trace_id = context[0] if context is not None else 0
-                if trace_id:
-                    owner = owner_of(trace_id, _UNASKED)
-                    if owner is _UNASKED:
-                        owner = owners[trace_id] = replayer.owner_of(trace_id)
-                    if owner is False:
-                        append(trace_id if entry._parent is None else None)
-                        continue
+                if trace_id and owners[trace_id] is False:
+                    append(trace_id if entry._parent is None else None)
+                    continue
                 append(entry)
             replayer.add(spans)
             for trace_id, shard in decisions:
                 if replayer.owner_of(trace_id) is None:
                     replayer.decide(trace_id, replayer.owns_shard(shard))
+
+
+class _Owners(dict[int, "bool | None"]):
+    """The replayer's owner of each trace asked for, asked once (:meth:`Replayer.owner_of`)."""
+
+    __slots__ = ("_replayer",)
+
+    def __init__(self, replayer: Replayer) -> None:
+        super().__init__()
+        self._replayer = replayer
+
+    def __missing__(self, trace_id: int) -> bool | None:
+        owner = self[trace_id] = self._replayer.owner_of(trace_id)
+        return owner
 
 
 def _first_fault(data: bytes, found: Shape) -> str:
@@ -686,8 +687,6 @@ class RangeReplay:
     goes to every other process)."""
     decoding_cpu: float = 0.0
     """CPU seconds spent decoding ranges, all processes together."""
-    replaying_cpu: tuple[float, ...] = ()
-    """CPU seconds of each process besides its decoding."""
     process_cpu: tuple[float, ...] = ()
     """CPU seconds of each process, decoding included."""
     unread: bool = False
@@ -762,7 +761,6 @@ def replay_ranges(
         [decoded[k] for k in sorted(decoded)],
         sum(outcome.sent for outcome in outcomes),
         sum(outcome.decoding_cpu for outcome in outcomes),
-        tuple(outcome.cpu - outcome.decoding_cpu for outcome in outcomes),
         tuple(outcome.cpu for outcome in outcomes),
         any(outcome.unread for outcome in outcomes),
     )
