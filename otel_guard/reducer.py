@@ -204,7 +204,7 @@ def reduce(state: GuardState, input: GuardInput) -> Decision:
     # unpacking is not, and this runs inside the agent's span.end().
     # The mode is read as any object: a compiled build checks a value's declared type when it is
     # unpacked, and a mode that is not a string must read as shadow, not raise.
-    fields = cast("tuple[object, Batch, bool, bool, bool]", input)
+    fields: tuple[object, Batch, bool, bool, bool] = input  # a plain assignment, not a call
     requested, batch, has_external_input, has_queued_prompt, input_reliable = fields
     phase, current_key, failure_count, batch_count, ordinal, next_ordinal, disabled = state
     mode = _MODES.get(requested) if type(requested) is str else None

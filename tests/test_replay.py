@@ -102,7 +102,7 @@ def test_only_spans_the_guard_may_start_are_started_and_the_report_is_the_same(
         }
         # Every span started, as before the filter: the same report.
         patch.setattr(replayer_module, "_START_VALUES", (("any key", "any value"),))
-        patch.setattr(replayer_module, "_matters_at_start", lambda attributes: True)
+        patch.setattr(replayer_module, "_start_value_matches", lambda attributes: True)
         started.clear()
         assert replay(spans, mode).to_json() == filtered
         assert len(started) == len(spans)

@@ -750,16 +750,12 @@ _START_VALUES: Final = tuple(
 _MISSING: Final = object()
 
 
-def _matters_at_start(attributes: Mapping[str, Any]) -> bool:
-    """Whether the guard's ``on_start`` can do anything for a span with these attributes: it
-    carries one of the guard's :attr:`~GuardSpanProcessor.START_INTEREST` (the test the fused
-    dispatch makes live). The replay leaves out the start of every other span."""
-    if not _START_KEYS.isdisjoint(attributes):
-        return True
-    # Keys the guard wants with one value only: none today, so no generator is made per span.
-    return bool(_START_VALUES) and any(
-        attributes.get(key, _MISSING) == value for key, value in _START_VALUES
-    )
+def _start_value_matches(attributes: Mapping[str, Any]) -> bool:
+    """Whether a span carries one of the keys the guard's
+    :attr:`~GuardSpanProcessor.START_INTEREST` wants with one value only, with that value (none
+    today). With a key it wants with any value (:data:`_START_KEYS`), this is the test the fused
+    dispatch makes live before ``on_start``; the replay leaves out the start of other spans."""
+    return any(attributes.get(key, _MISSING) == value for key, value in _START_VALUES)
 
 
 def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
@@ -887,7 +883,7 @@ class Replayer:
         # Most spans name neither ID: bound_ids is called only for those that do.
         prompt_id, conversation_id = attr.PROMPT_ID, attr.CONVERSATION_ID
         operation_name, model_operations = attr.OPERATION_NAME, attr.MODEL_OPERATIONS
-        # _matters_at_start, its test of keys written out: it runs once per span.
+        # Whether the guard's on_start can matter, the keys' test written out: once per span.
         start_keys, start_values = _START_KEYS, _START_VALUES
         try:
             for span in spans:
@@ -941,7 +937,7 @@ class Replayer:
                     start,
                     span._end_time or 0,
                     not start_keys.isdisjoint(attributes)
-                    or bool(start_values and _matters_at_start(attributes)),
+                    or bool(start_values and _start_value_matches(attributes)),
                 )
                 if parent is None:
                     finished.append((trace_id, read + window))
