@@ -286,16 +286,10 @@ def _load_fast() -> Callable[[bytes], Any] | None:
 
 
 _loads_fast: Final = _load_fast()
-
-
-def _dump_fast() -> Callable[[Any], bytes] | None:
-    try:
-        return importlib.import_module("orjson").dumps  # type: ignore[no-any-return]
-    except ImportError:
-        return None
-
-
-_dumps_fast: Final = _dump_fast()
+# Its encoder, for the parts of decoded requests that replay --jobs hands between processes.
+_dumps_fast: Final[Callable[[Any], bytes] | None] = (
+    None if _loads_fast is None else importlib.import_module("orjson").dumps
+)
 
 
 def _load(data: bytes) -> Any:
