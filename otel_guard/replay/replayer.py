@@ -825,6 +825,10 @@ def _prompt_above(span: ReadableSpan, by_id: Mapping[int, _Buffered], depth: int
     return None
 
 
+_NONE_SENT: Final[Iterator[Any]] = iter(())
+"""The spans of :meth:`Replayer.add` given apart when none are."""
+
+
 class Replayer:
     """Feeds finished spans, in any order, through a guard in their live start/end order.
 
@@ -872,9 +876,15 @@ class Replayer:
         # Shards: owners decided by a prompt key before the trace was replayed (Router).
         self._decided: dict[int, bool] = {}
 
-    def add(self, spans: Iterable[ReadableSpan | Skipped]) -> None:
+    def add(
+        self, spans: Iterable[ReadableSpan | Skipped], sent: Iterator[ReadableSpan] = _NONE_SENT
+    ) -> None:
         """Buffer spans as read; a :data:`~otel_guard.replay.otlp_json.Skipped` placeholder (a span
-        of a trace another shard replays, not built) only takes its place in the read order."""
+        of a trace another shard replays, not built) only takes its place in the read order.
+
+        A ``0`` in ``spans`` (never a trace ID) stands for the next span of ``sent``: a line
+        whose spans were built in two places (:mod:`otel_guard.replay.shards`) is added in one
+        pass, without a list of it put together first."""
         traces = self._traces
         finished = self._finished
         window = self._window
@@ -891,9 +901,11 @@ class Replayer:
                 read += 1
                 if span is None:
                     continue
-                if isinstance(span, int):  # the root of a trace another shard replays
-                    finished.append((span, read + window))
-                    continue
+                if isinstance(span, int):
+                    if span:  # the root of a trace another shard replays
+                        finished.append((span, read + window))
+                        continue
+                    span = next(sent)
                 context = span._context
                 if context is None:
                     trace_id, span_id = 0, None

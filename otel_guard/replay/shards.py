@@ -34,7 +34,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -45,7 +45,6 @@ from otel_guard.replay.reader import MalformedInput, TraceReader
 from otel_guard.replay.recorded import (
     Interner,
     OtherSignal,
-    RecordedSpan,
     Shape,
     bounded_id,
 )
@@ -243,11 +242,12 @@ def _line_end(stream: IO[bytes], position: int, size: int) -> int:
 _Entry = Any
 """A span a process replays from one line: a RecordedSpan it decoded; ``0`` for the next span of
 the line's part decoded elsewhere; or a placeholder for a span of a trace another shard replays
-(its trace ID for a root, else the negated trace ID, which is checked against the owner)."""
-_Line = tuple[list[_Entry], bytes, list[tuple[int, int]]]
+(its trace ID for a root, else ``None``)."""
+_Line = tuple[list[_Entry], bytes, list[tuple[int, int]], bool]
 """One decoded line for one process: its entries in read order; the spans of the line that it
-replays and its decoder did not, as an OTLP/JSON request (empty if none); and the owners the
-line decided (trace ID, shard), as the reader's router decides them."""
+replays and its decoder did not, as an OTLP/JSON request (empty if none); the owners the line
+decided (trace ID, shard), as the reader's router decides them; and whether the line has spans
+of a trace its range had not named, which the replayer's owners route."""
 
 _AHEAD: Final = 2
 """Own ranges a process keeps decoded ahead of the one it replays."""
@@ -419,12 +419,17 @@ class _Peer:
 
         ``spans`` has one entry per span of the request, in order (the reader's placeholder for
         a span of a trace another process replays); the request is walked in the same order.
+        A span the range built is this process's, or of a trace the range has not named: that
+        one goes to every process, and the line is checked against the replayer's owners
+        (:meth:`_replay`).
         """
         count, index = self.count, self.index
         owners = router.owners
-        places: list[list[int]] = [[] for _ in range(count)]
+        receivers = [shard for shard in range(count) if shard != index]
+        places: list[list[Any]] = [[] for _ in range(count)]
         parts: list[list[Any]] = [[] for _ in range(count)]  # resourceSpans of each part
-        own: list[Any] = []
+        texts: dict[str, int] = {}  # trace ID text -> shard, for placeholders of non-roots
+        checked = False
         position = 0
         sent = 0
         for block in decoded.document["resourceSpans"]:
@@ -434,25 +439,30 @@ class _Peer:
                 for raw in scope_block.get("spans", ()):
                     span = spans[position]
                     position += 1
-                    if type(span) is RecordedSpan:
+                    if span is None:  # another's, not a root: its owner was decided here
+                        text = raw["traceId"]
+                        owner = texts.get(text)
+                        if owner is None:
+                            owner = texts[text] = owners[int(text, 16)]
+                    elif type(span) is int:  # another's root
+                        owner = owners[span]
+                    else:
                         context = span._context
                         trace_id = context[0] if context is not None else 0
-                        owner = owners.get(trace_id) if trace_id else None
-                        root = span._parent is None
-                        own.append(span)
-                    else:  # another's: its trace ID was read, and its owner decided, here
-                        trace_id = int(raw["traceId"], 16)
-                        owner = owners[trace_id]
-                        root = span is not None
-                        own.append(trace_id if root else -trace_id)
-                    for shard in range(count):
-                        if shard == index:
+                        if trace_id and trace_id in owners:  # this process's
+                            placeholder = trace_id if span._parent is None else None
+                            for shard in receivers:
+                                places[shard].append(placeholder)
                             continue
-                        if owner is not None and owner != shard:
-                            places[shard].append(trace_id if root else -trace_id)
+                        # Not named here: every process routes it as the reader does.
+                        checked = True
+                        owner = -1
+                    for shard in receivers:
+                        place = places[shard]
+                        if shard != owner and owner != -1:
+                            place.append(span if type(span) is int else None)
                             continue
-                        # Its own, or not named here (every process routes it as the reader does).
-                        places[shard].append(0)
+                        place.append(0)
                         sent += 1
                         found = scope_parts[shard]
                         if found is None:
@@ -472,12 +482,12 @@ class _Peer:
         lines: list[_Line] = []
         for shard in range(count):
             if shard == index:
-                lines.append((own, b"", decisions))
+                lines.append((spans, b"", decisions, checked))
             elif parts[shard]:
-                document = {"resourceSpans": parts[shard]}
-                lines.append((places[shard], encode_document(document, decoded.fast), decisions))
+                part = encode_document({"resourceSpans": parts[shard]}, decoded.fast)
+                lines.append((places[shard], part, decisions, checked))
             else:
-                lines.append((places[shard], b"", decisions))
+                lines.append((places[shard], b"", decisions, checked))
         return lines
 
     def _receive(self, payload: bytes) -> _Range:
@@ -488,38 +498,52 @@ class _Peer:
     def _replay(self, lines: list[_Line]) -> None:
         replayer = self.replayer
         interner = self.interner
-        for entries, part, decisions in lines:
+        nothing: list[Any] = []
+        for entries, part, decisions, checked in lines:
+            sent = nothing
             if part:
                 try:
-                    sent = iter(parse_json_request(part, interner))
+                    sent = parse_json_request(part, interner)
                 except (Shape, OtherSignal):
                     # A span its decoder did not build (another's) is malformed: the input's
                     # first fault is then found by reading it all (replay_sharded).
                     raise _Unread from None
-            # What the replayer knows of a trace's owner changes only when a line is added:
-            # asked once per trace and line.
-            owners = _Owners(replayer)
-            spans: list[Any] = []
-            append = spans.append
-            for entry in entries:
-                if type(entry) is int:
-                    if entry == 0:
-                        entry = next(sent)
-                    else:
-                        if owners[abs(entry)]:
-                            self.mismatch = True
-                        append(entry if entry > 0 else None)
-                        continue
-                context = entry._context
-                trace_id = context[0] if context is not None else 0
-                if trace_id and owners[trace_id] is False:
-                    append(trace_id if entry._parent is None else None)
-                    continue
-                append(entry)
-            replayer.add(spans)
+            if checked:
+                entries = self._checked(entries, iter(sent))
+                sent = nothing
+            replayer.add(entries, iter(sent))
             for trace_id, shard in decisions:
-                if replayer.owner_of(trace_id) is None:
+                owned = replayer.owner_of(trace_id)
+                if owned is None:
                     replayer.decide(trace_id, replayer.owns_shard(shard))
+                elif owned is not replayer.owns_shard(shard):
+                    # The range named the trace's prompt after another range named another
+                    # (of another shard): it sent the trace's spans away from their owner.
+                    self.mismatch = True
+
+    def _checked(self, entries: list[Any], sent: Iterator[Any]) -> list[Any]:
+        """A line with spans of traces its range had not named, as the replayer routes them:
+        a span of a trace it knows to be another's is only a placeholder (as the reader makes
+        it)."""
+        owners = _Owners(self.replayer)  # asked once per trace
+        spans: list[Any] = []
+        append = spans.append
+        for entry in entries:
+            if entry is None:
+                append(entry)
+                continue
+            if type(entry) is int:
+                if entry:
+                    append(entry)
+                    continue
+                entry = next(sent)
+            context = entry._context
+            trace_id = context[0] if context is not None else 0
+            if trace_id and owners[trace_id] is False:
+                append(trace_id if entry._parent is None else None)
+                continue
+            append(entry)
+        return spans
 
 
 class _Owners(dict[int, "bool | None"]):
