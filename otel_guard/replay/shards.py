@@ -425,6 +425,8 @@ class _Peer:
         """
         count, index = self.count, self.index
         owners = router.owners
+        if count == 2:
+            return self._split_pair(spans, decoded, router)
         receivers = [shard for shard in range(count) if shard != index]
         places: list[list[Any]] = [[] for _ in range(count)]
         parts: list[list[Any]] = [[] for _ in range(count)]  # resourceSpans of each part
@@ -489,6 +491,53 @@ class _Peer:
             else:
                 lines.append((places[shard], b"", decisions, checked))
         return lines
+
+    def _split_pair(self, spans: list[Any], decoded: Decoded, router: _RangeRouter) -> list[_Line]:
+        """:meth:`_split` for two processes, a pass of comprehensions over the line: the other
+        process replays every span this one did not build and those of traces not named here.
+        """
+        owners = router.owners
+        # The other's line: a placeholder for each span of this process's (its trace ID for a
+        # root), else 0 (the next span of the part).
+        entries = [
+            0
+            if span is None or type(span) is int
+            else 0
+            if (context := span._context) is None or context[0] not in owners
+            else context[0]
+            if span._parent is None
+            else None
+            for span in spans
+        ]
+        handed = entries.count(0)
+        # A built span handed over too is of a trace the range has not named.
+        checked = handed > sum(1 for span in spans if span is None or type(span) is int)
+        parts: list[Any] = []
+        position = 0
+        for block in decoded.document["resourceSpans"]:
+            scopes: list[Any] = []
+            for scope_block in block.get("scopeSpans", ()):
+                raws = scope_block.get("spans", ())
+                end = position + len(raws)
+                chosen = [
+                    raw
+                    for raw, entry in zip(raws, entries[position:end], strict=True)
+                    if entry == 0
+                ]
+                position = end
+                if chosen:
+                    shell = {k: v for k, v in scope_block.items() if k != "spans"}
+                    shell["spans"] = chosen
+                    scopes.append(shell)
+            if scopes:
+                outer = {k: v for k, v in block.items() if k != "scopeSpans"}
+                outer["scopeSpans"] = scopes
+                parts.append(outer)
+        self.sent += handed
+        part = encode_document({"resourceSpans": parts}, decoded.fast) if parts else b""
+        own = (spans, b"", router.decisions, checked)
+        other = (entries, part, router.decisions, checked)
+        return [own, other] if self.index == 0 else [other, own]
 
     def _receive(self, payload: bytes) -> _Range:
         read, lines = pickle.loads(payload)
