@@ -13,7 +13,8 @@ from test_replay_shards import replay_json, replay_status, write_prompts
 
 from otel_guard.cli import main
 from otel_guard.replay import shards
-from otel_guard.replay.shards import Piece, plan, replay_ranges
+from otel_guard.replay.report import merge_reports
+from otel_guard.replay.shards import Piece, plan, replay_ranges, replay_shard
 
 RANGE = 3000  # bytes: the test files are a few dozen KiB, so each file has many ranges
 
@@ -170,6 +171,45 @@ def test_a_trace_that_names_another_prompt_in_a_later_range_is_replayed_again_wh
     one = replay_status(capsys, str(path))
     assert one[1]["spans"] == 62
     assert replay_status(capsys, "--jobs", "2", str(path)) == one
+
+
+def test_spans_of_a_trace_named_in_an_earlier_range_reach_only_its_owner(
+    tmp_path: Path, small_ranges: None
+) -> None:
+    # The first range names the prompts of two traces, one of each shard; the later ranges hold
+    # more of their spans and never name them. Their decoders cannot tell whose spans they are,
+    # so every process gets them, and each must route them by what its replayer already knows,
+    # as the reader does in replay_shard: the other shard's trace as placeholders only. Kept
+    # instead, it would take one of the open traces a replayer may hold, and with room for one
+    # the shard's own trace would be pushed out early (a bound one process does not hit).
+    first, second = (
+        next(f"prompt-{n}" for n in range(100) if shards._shard_of(f"prompt-{n}", 2) == shard)
+        for shard in (0, 1)
+    )
+    traces = {first: "cd" * 16, second: "ef" * 16}
+    spans = [
+        _span(trace, f"{1:016x}", f"{99:016x}", "named", **{"acp.prompt.id": key})
+        for key, trace in traces.items()
+    ]
+    spans += [
+        _span(trace, f"{n + 2:016x}", f"{99:016x}", "later")
+        for n in range(40)
+        for trace in traces.values()
+    ]
+    spans += [_span(trace, f"{99:016x}", "", "root") for trace in traces.values()]
+    path = tmp_path / "named-early.jsonl"
+    request = {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}
+    with path.open("w", encoding="utf-8") as out:
+        for span in spans:
+            request["resourceSpans"][0]["scopeSpans"][0]["spans"] = [span]
+            out.write(json.dumps(request) + "\n")
+    pieces = plan([str(path)], 2, RANGE)
+    assert pieces is not None and len(pieces) > 4
+    options = {"max_open_traces": 1}
+    ranged = replay_ranges(pieces, "shadow", options, 2)
+    shards_read = [replay_shard([str(path)], "shadow", options, i, 2).document for i in (0, 1)]
+    assert ranged.exact and ranged.document == merge_reports(shards_read)
+    assert ranged.document["spans"] == len(spans)
 
 
 def test_a_process_replays_the_spans_of_its_own_ranges_without_sending_them(
