@@ -392,7 +392,10 @@ class GuardSpanProcessor(SpanProcessor):
             max_bytes=max_call_bytes,
             max_calls_per_batch=max_calls_per_batch,
         )
-        self._claim_keys = CLAIM_KEYS
+        # The operation name is tested first on every ended span: the claim keys left to test
+        # after it are the others.
+        self._claim_keys = tuple(key for key in CLAIM_KEYS if key != _OPERATION_NAME)
+        self._operation_claims = _OPERATION_NAME in CLAIM_KEYS
         self._turns_away = self._assembly.turns_away
         # Traces the inferred profiles watch: empty (and skipped) while none is.
         self._genai_open = self._assembly.watched
@@ -488,25 +491,29 @@ class GuardSpanProcessor(SpanProcessor):
                 attributes = _sdk.attribute_dict(span)
             except AttributeError:
                 attributes = _attributes(span)
-            if _OPERATION_NAME in attributes and attributes[_OPERATION_NAME] == _EXECUTE_TOOL:
+            named = _OPERATION_NAME in attributes
+            if named and attributes[_OPERATION_NAME] == _EXECUTE_TOOL:
                 if not self._inert:
                     self._end_tool(span, attributes)
                 return
             if _PROMPT_ID not in attributes:
                 # Neither a prompt nor a batch span: the common case ends here. The table of
                 # watched traces is empty while the processor is inert.
-                for key in self._claim_keys:
-                    if key in attributes:
-                        if not self._inert:
-                            try:
-                                context = _sdk.context(span)
-                            except AttributeError:
-                                context = span.context
-                            if context is not None and not self._turns_away(context[0]):
-                                self._inferred_end(span, attributes)
+                if not (named and self._operation_claims):
+                    for key in self._claim_keys:
+                        if key in attributes:
+                            break
+                    else:
+                        if self._genai_open:
+                            self._inferred_link(span)
                         return
-                if self._genai_open:
-                    self._inferred_link(span)
+                if not self._inert:
+                    try:
+                        context = _sdk.context(span)
+                    except AttributeError:
+                        context = span.context
+                    if context is not None and not self._turns_away(context[0]):
+                        self._inferred_end(span, attributes)
                 return
             if self._inert:
                 return
