@@ -146,24 +146,33 @@ def _span(trace: str, span: str, parent: str, name: str, **attributes: Any) -> d
     }
 
 
-def test_a_trace_that_names_another_prompt_in_a_later_range_is_replayed_again_whole(
-    tmp_path: Path, small_ranges: None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Two prompts whose keys fall in different shards of two.
+def _prompts_of_shards() -> tuple[str, str]:
+    """Two prompt keys whose shards of two differ: the first of shard 0, the second of shard 1."""
     first, second = (
         next(f"prompt-{n}" for n in range(100) if shards._shard_of(f"prompt-{n}", 2) == shard)
         for shard in (0, 1)
     )
+    return first, second
+
+
+def _write_one_span_a_line(path: Path, spans: list[dict[str, Any]]) -> None:
+    request = {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}
+    with path.open("w", encoding="utf-8") as out:
+        for span in spans:
+            request["resourceSpans"][0]["scopeSpans"][0]["spans"] = [span]
+            out.write(json.dumps(request) + "\n")
+
+
+def test_a_trace_that_names_another_prompt_in_a_later_range_is_replayed_again_whole(
+    tmp_path: Path, small_ranges: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = _prompts_of_shards()
     trace = "ab" * 16
     path = tmp_path / "two-prompts.jsonl"
     lines = [_span(trace, f"{1:016x}", f"{9:016x}", "early", **{"acp.prompt.id": first})]
     lines += [_span(trace, f"{n + 2:016x}", f"{9:016x}", "filler") for n in range(60)]
     lines += [_span(trace, f"{70:016x}", f"{9:016x}", "late", **{"acp.prompt.id": second})]
-    request = {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}
-    with path.open("w", encoding="utf-8") as out:
-        for span in lines:
-            request["resourceSpans"][0]["scopeSpans"][0]["spans"] = [span]
-            out.write(json.dumps(request) + "\n")
+    _write_one_span_a_line(path, lines)
     pieces = plan([str(path)], 2, RANGE)
     assert pieces is not None and len(pieces) > 2
     # The last range names the second prompt: it sends the trace's spans to the other shard.
@@ -182,10 +191,7 @@ def test_spans_of_a_trace_named_in_an_earlier_range_reach_only_its_owner(
     # as the reader does in replay_shard: the other shard's trace as placeholders only. Kept
     # instead, it would take one of the open traces a replayer may hold, and with room for one
     # the shard's own trace would be pushed out early (a bound one process does not hit).
-    first, second = (
-        next(f"prompt-{n}" for n in range(100) if shards._shard_of(f"prompt-{n}", 2) == shard)
-        for shard in (0, 1)
-    )
+    first, second = _prompts_of_shards()
     traces = {first: "cd" * 16, second: "ef" * 16}
     spans = [
         _span(trace, f"{1:016x}", f"{99:016x}", "named", **{"acp.prompt.id": key})
@@ -198,11 +204,7 @@ def test_spans_of_a_trace_named_in_an_earlier_range_reach_only_its_owner(
     ]
     spans += [_span(trace, f"{99:016x}", "", "root") for trace in traces.values()]
     path = tmp_path / "named-early.jsonl"
-    request = {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}
-    with path.open("w", encoding="utf-8") as out:
-        for span in spans:
-            request["resourceSpans"][0]["scopeSpans"][0]["spans"] = [span]
-            out.write(json.dumps(request) + "\n")
+    _write_one_span_a_line(path, spans)
     pieces = plan([str(path)], 2, RANGE)
     assert pieces is not None and len(pieces) > 4
     options = {"max_open_traces": 1}
