@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import itertools
 import json
@@ -74,6 +75,35 @@ def test_jobs_give_the_report_of_one_process_with_traces_across_ranges_and_files
     text = capsys.readouterr().out
     assert main(["replay", "--format", "text", "--jobs", "2", *paths]) == 0
     assert capsys.readouterr().out == text
+
+
+def test_ids_written_in_base64_give_the_report_of_one_process(
+    two_files: list[Path], tmp_path: Path, small_ranges: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The contract reads trace and span IDs in hex or base64; a process that routes the spans
+    # it hands over reads them as the reader does.
+    paths = []
+    for path in two_files:
+        lines = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                lines.append(line)
+                continue
+            request = json.loads(line)
+            for block in request["resourceSpans"]:
+                for scope in block["scopeSpans"]:
+                    for span in scope["spans"]:
+                        for key in ("traceId", "spanId", "parentSpanId"):
+                            if span.get(key):
+                                span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+            lines.append(json.dumps(request))
+        written = tmp_path / path.name
+        written.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        paths.append(str(written))
+    one = replay_json(capsys, *paths)
+    assert one["prompts"] == 40 and one["prompts_would_stop"] == 30
+    for jobs in ("2", "3"):
+        assert replay_json(capsys, "--jobs", jobs, *paths) == one
 
 
 def test_each_line_is_decoded_once_whatever_the_jobs(two_files: list[Path]) -> None:

@@ -68,6 +68,7 @@ __all__ = [
     "Skipped",
     "encode_document",
     "encode_request",
+    "id_number",
     "parse_json_request",
     "parse_request",
 ]
@@ -112,7 +113,7 @@ def _base64_lengths(size: int) -> tuple[int, int]:
     return 4 * ((size + 2) // 3), (8 * size + 5) // 6
 
 
-def _id_number(text: str, size: int) -> int | None:
+def id_number(text: str, size: int) -> int | None:
     """An ID of ``size`` bytes written as hex or as base64 (standard or URL-safe alphabet,
     padded or not); ``None`` when it is neither."""
     if len(text) == 2 * size:
@@ -132,7 +133,7 @@ def _id_number(text: str, size: int) -> int | None:
 def _hex_id(value: object, length: int, path: str, *, optional: bool = False) -> int:
     if optional and (value is None or value == ""):
         return 0
-    number = None if type(value) is not str else _id_number(value, length // 2)
+    number = None if type(value) is not str else id_number(value, length // 2)
     if number is None:
         if type(value) is str and len(value) in _base64_lengths(length // 2):
             raise Shape(f"expected the base64 of {length // 2} bytes", path)
@@ -447,7 +448,7 @@ def _route(request: dict[str, Any], router: Router) -> tuple[dict[str, int], dic
                         continue
                     trace_id = seen[text]
                 else:
-                    trace_id = seen[text] = _id_number(text, 16) or 0
+                    trace_id = seen[text] = id_number(text, 16) or 0
                     if not trace_id:
                         continue
                     owned = router.owner_of(trace_id)
@@ -597,7 +598,7 @@ def _common_span(
         return None
     trace_id = trace_ids.get(trace_text)
     if trace_id is None:
-        trace_id = _id_number(trace_text, 16)
+        trace_id = id_number(trace_text, 16)
         if not trace_id:
             return None
         trace_ids[trace_text] = trace_id
@@ -610,11 +611,11 @@ def _common_span(
         return None
     context = by_span_id.get(span_text)
     if context is None or context[0] != trace_id or context[3] is not trace_flags:
-        # _id_number, its hex case inlined: a span ID is new on every span.
+        # id_number, its hex case inlined: a span ID is new on every span.
         if len(span_text) == 16 and _HEX.issuperset(span_text):
             span_id: int | None = int(span_text, 16)
         else:
-            span_id = _id_number(span_text, 8)
+            span_id = id_number(span_text, 8)
         if not span_id:
             return None
         context = by_span_id[span_text] = _new_tuple(
@@ -631,7 +632,7 @@ def _common_span(
             if len(parent_text) == 16 and _HEX.issuperset(parent_text):
                 parent_id: int | None = int(parent_text, 16)
             else:
-                parent_id = _id_number(parent_text, 8)
+                parent_id = id_number(parent_text, 8)
             if parent_id is None:
                 return None
             if parent_id:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import IO, Any, Final, cast
 
-from otel_guard.replay.otlp_json import Decoded, encode_document, parse_json_request
+from otel_guard.replay.otlp_json import Decoded, encode_document, id_number, parse_json_request
 from otel_guard.replay.reader import MalformedInput, TraceReader
 from otel_guard.replay.recorded import (
     Interner,
@@ -445,7 +445,8 @@ class _Peer:
                         text = raw["traceId"]
                         owner = texts.get(text)
                         if owner is None:
-                            owner = texts[text] = owners[int(text, 16)]
+                            # Hex or base64, as the reader read it to route it.
+                            owner = texts[text] = owners[cast(int, id_number(text, 16))]
                     elif type(span) is int:  # another's root
                         owner = owners[span]
                     else:
