@@ -244,6 +244,40 @@ def test_spans_of_a_trace_named_in_an_earlier_range_reach_only_its_owner(
     assert ranged.document["spans"] == len(spans)
 
 
+def test_a_process_that_fails_leaves_the_report_of_one_process(
+    two_files: list[Path],
+    small_ranges: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # A fault of the ranges' own code (not of the input) in one process: it says so in one
+    # line, and the input is read again the whole-input way, so the report is still exact.
+    paths = [str(path) for path in two_files]
+    assert main(["replay", "--format", "json", *paths]) == 0
+    one = json.loads(capfd.readouterr().out)
+
+    split = shards._Peer._split_pair
+
+    def failing(peer: Any, *args: Any) -> Any:
+        if peer.index == 1:
+            raise RuntimeError("a fault of the ranges' code")
+        return split(peer, *args)
+
+    monkeypatch.setattr(shards._Peer, "_split_pair", failing)
+    pieces = plan(paths, 2, RANGE)
+    assert pieces is not None
+    ranged = replay_ranges(pieces, "shadow", {}, 2)
+    assert ranged.lost and not ranged.exact
+    capfd.readouterr()
+    assert main(["replay", "--format", "json", "--jobs", "2", *paths]) == 0
+    captured = capfd.readouterr()
+    assert json.loads(captured.out) == one
+    assert captured.err.strip().splitlines() == [
+        "otel-guard: replay process 2 of 2 stopped (RuntimeError); every process reads the"
+        " input again"
+    ]
+
+
 def test_a_process_replays_the_spans_of_its_own_ranges_without_sending_them(
     two_files: list[Path],
 ) -> None:

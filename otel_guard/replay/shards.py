@@ -30,6 +30,7 @@ import os
 import pickle
 import queue
 import stat
+import sys
 import threading
 import time
 import zlib
@@ -744,6 +745,17 @@ def _run_peer(
         )
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         return
+    except Exception as failure:
+        # A fault of this module, not of the input (input errors are reported as such): the
+        # main process sees this process end without its report and reads the input again
+        # the whole-input way, which gives one process's report. Named by type only: an
+        # exception's text may quote the input.
+        print(
+            f"otel-guard: replay process {index + 1} of {count} stopped"
+            f" ({type(failure).__name__}); every process reads the input again",
+            file=sys.stderr,
+        )
+        return
 
 
 @dataclass
@@ -765,16 +777,18 @@ class RangeReplay:
     """CPU seconds of each process, decoding included."""
     unread: bool = False
     """Whether a span handed over undecoded was malformed (its decoder does not check it)."""
+    lost: bool = False
+    """Whether a process ended without its report (a fault of this module, not of the input)."""
 
     @property
     def exact(self) -> bool:
         """Whether this is the report (and the error) of one process reading the input whole.
 
-        It is not when a range sent a span away from its owner, or when a span that a range's
-        decoder handed over unbuilt was malformed: that fault may come before the one the
-        ranges stopped on, if any. :func:`replay_sharded` then reads the input again the
-        whole-input way."""
-        return not (self.mismatch or self.unread)
+        It is not when a range sent a span away from its owner, when a span that a range's
+        decoder handed over unbuilt was malformed (that fault may come before the one the
+        ranges stopped on, if any), or when a process ended without its report.
+        :func:`replay_sharded` then reads the input again the whole-input way."""
+        return not (self.mismatch or self.unread or self.lost)
 
 
 def replay_ranges(
@@ -814,9 +828,13 @@ def replay_ranges(
     for _, sending in results:
         sending.close()
     outcomes: list[_PeerResult] = []
+    lost = False
     try:
         for receiving, _ in results:
-            outcomes.append(receiving.recv())
+            try:
+                outcomes.append(receiving.recv())
+            except EOFError:  # the process ended without its report
+                lost = True
     finally:
         for process in processes:
             process.join(timeout=5)
@@ -824,6 +842,8 @@ def replay_ranges(
                 process.terminate()
         for receiving, _ in results:
             receiving.close()
+    if lost:
+        return RangeReplay({}, None, False, [], lost=True)
     decoded: dict[int, int] = {}
     for outcome in outcomes:
         decoded.update(outcome.decoded_lines)
