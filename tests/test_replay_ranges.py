@@ -256,14 +256,14 @@ def test_a_process_that_fails_leaves_the_report_of_one_process(
     assert main(["replay", "--format", "json", *paths]) == 0
     one = json.loads(capfd.readouterr().out)
 
-    split = shards._Peer._split_pair
+    split = shards._Peer._split
 
     def failing(peer: Any, *args: Any) -> Any:
         if peer.index == 1:
             raise RuntimeError("a fault of the ranges' code")
         return split(peer, *args)
 
-    monkeypatch.setattr(shards._Peer, "_split_pair", failing)
+    monkeypatch.setattr(shards._Peer, "_split", failing)
     pieces = plan(paths, 2, RANGE)
     assert pieces is not None
     ranged = replay_ranges(pieces, "shadow", {}, 2)

@@ -302,8 +302,9 @@ class _Peer:
         self.count = count
         self.interner = Interner()  # one for the ranges decoded here and those received
         self.mismatch = False
-        """Whether a range sent elsewhere a span of a trace this shard owns (a trace naming
-        several prompts, or named only after its first part was replayed)."""
+        """Whether a range named a trace's prompt against the owner the replayer already had
+        (a trace naming several prompts, or named only after its first part was replayed): it
+        sent the trace's spans away from their owner."""
         self.unread = False
         """Whether a span another process handed over unbuilt was malformed."""
         self.limit = limit
@@ -426,8 +427,6 @@ class _Peer:
         """
         count, index = self.count, self.index
         owners = router.owners
-        if count == 2:
-            return self._split_pair(spans, decoded, router)
         receivers = [shard for shard in range(count) if shard != index]
         places: list[list[Any]] = [[] for _ in range(count)]
         parts: list[list[Any]] = [[] for _ in range(count)]  # resourceSpans of each part
@@ -494,53 +493,6 @@ class _Peer:
                 lines.append((places[shard], b"", decisions, checked))
         return lines
 
-    def _split_pair(self, spans: list[Any], decoded: Decoded, router: _RangeRouter) -> list[_Line]:
-        """:meth:`_split` for two processes, a pass of comprehensions over the line: the other
-        process replays every span this one did not build and those of traces not named here.
-        """
-        owners = router.owners
-        # The other's line: a placeholder for each span of this process's (its trace ID for a
-        # root), else 0 (the next span of the part).
-        entries = [
-            0
-            if span is None or type(span) is int
-            else 0
-            if (context := span._context) is None or context[0] not in owners
-            else context[0]
-            if span._parent is None
-            else None
-            for span in spans
-        ]
-        handed = entries.count(0)
-        # A built span handed over too is of a trace the range has not named.
-        checked = handed > sum(1 for span in spans if span is None or type(span) is int)
-        parts: list[Any] = []
-        position = 0
-        for block in decoded.document["resourceSpans"]:
-            scopes: list[Any] = []
-            for scope_block in block.get("scopeSpans", ()):
-                raws = scope_block.get("spans", ())
-                end = position + len(raws)
-                chosen = [
-                    raw
-                    for raw, entry in zip(raws, entries[position:end], strict=True)
-                    if entry == 0
-                ]
-                position = end
-                if chosen:
-                    shell = {k: v for k, v in scope_block.items() if k != "spans"}
-                    shell["spans"] = chosen
-                    scopes.append(shell)
-            if scopes:
-                outer = {k: v for k, v in block.items() if k != "scopeSpans"}
-                outer["scopeSpans"] = scopes
-                parts.append(outer)
-        self.sent += handed
-        part = encode_document({"resourceSpans": parts}, decoded.fast) if parts else b""
-        own = (spans, b"", router.decisions, checked)
-        other = (entries, part, router.decisions, checked)
-        return [own, other] if self.index == 0 else [other, own]
-
     def _receive(self, payload: bytes) -> _Range:
         read, lines = pickle.loads(payload)
         self._replay(lines)
@@ -549,20 +501,16 @@ class _Peer:
     def _replay(self, lines: list[_Line]) -> None:
         replayer = self.replayer
         interner = self.interner
-        nothing: list[Any] = []
         for entries, part, decisions, checked in lines:
-            sent = nothing
-            if part:
-                try:
-                    sent = parse_json_request(part, interner)
-                except (Shape, OtherSignal):
-                    # A span its decoder did not build (another's) is malformed: the input's
-                    # first fault is then found by reading it all (replay_sharded).
-                    raise _Unread from None
+            try:
+                sent = iter(parse_json_request(part, interner) if part else ())
+            except (Shape, OtherSignal):
+                # A span its decoder did not build (another's) is malformed: the input's first
+                # fault is then found by reading it all (replay_sharded).
+                raise _Unread from None
             if checked:
-                entries = self._checked(entries, iter(sent))
-                sent = nothing
-            replayer.add(entries, iter(sent))
+                entries = self._checked(entries, sent)  # takes every span of the part
+            replayer.add(entries, sent)
             for trace_id, shard in decisions:
                 owned = replayer.owner_of(trace_id)
                 if owned is None:
