@@ -18,8 +18,8 @@ replay one shard of the prompts, as below.
 A shard is the set of traces whose prompt ID hashes (CRC-32, the same in every process) to its
 index, so every trace of a prompt, and so every batch of it, is replayed by one process, and the
 shards' reports add up to one process's report (:func:`otel_guard.replay.report.merge_reports`).
-Each process decodes every line but builds only the spans of its own traces (the replayer is the
-reader's :class:`~otel_guard.replay.otlp_json.Router`).
+Reading all input, each process decodes every line but builds only the spans of its own traces
+(the replayer is the reader's :class:`~otel_guard.replay.otlp_json.Router`).
 ``docs/design.md`` ("Replay report, what-if and shards") gives the reasons and the limits.
 """
 
