@@ -62,7 +62,7 @@ from otel_guard.cli import _bulk_collection
 from otel_guard.replay.shards import plan, replay_ranges
 with _bulk_collection():
     began = time.process_time()
-    pieces = plan([sys.argv[1]], int(sys.argv[2]))
+    pieces = plan([sys.argv[1]])
     ranged = replay_ranges(pieces, "shadow", {}, int(sys.argv[2]))
     main = time.process_time() - began
 print(json.dumps([main, ranged.decoding_cpu, list(ranged.process_cpu), ranged.sent]))

@@ -56,7 +56,7 @@ def test_jobs_give_the_report_of_one_process_with_traces_across_ranges_and_files
     two_files: list[Path], small_ranges: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     paths = [str(path) for path in two_files]
-    pieces = plan(paths, 2, RANGE)
+    pieces = plan(paths, RANGE)
     assert pieces is not None and len(pieces) > 6
     assert {piece.file_index for piece in pieces} == {0, 1}
     # The input does what the test is about: traces whose spans are in several ranges, and
@@ -109,7 +109,7 @@ def test_ids_written_in_base64_give_the_report_of_one_process(
 def test_each_line_is_decoded_once_whatever_the_jobs(two_files: list[Path]) -> None:
     paths = [str(path) for path in two_files]
     lines = sum(1 for path in two_files for line in path.open() if line.strip())
-    pieces = plan(paths, 2, RANGE)
+    pieces = plan(paths, RANGE)
     assert pieces is not None
     ranged = replay_ranges(pieces, "shadow", {}, 2)
     assert ranged.error is None and not ranged.mismatch
@@ -130,7 +130,7 @@ def test_a_malformed_line_in_a_later_range_names_its_file_and_line(
     lines[bad] = '{"resourceSpans": [{"scopeSpans": [{"spans": [7]}]}]}\n'
     broken = tmp_path / "broken.jsonl"
     broken.write_text("".join(lines), encoding="utf-8")
-    pieces = plan([str(first), str(broken)], 2, RANGE)
+    pieces = plan([str(first), str(broken)], RANGE)
     assert pieces is not None
     assert [p.start for p in pieces if p.file_index == 1].index(0) == 0
     assert sum(1 for p in pieces if p.file_index == 1 and p.start < broken.stat().st_size) > 2
@@ -159,7 +159,7 @@ def test_compressed_input_is_read_whole_by_every_process_with_the_same_report(
     packed = tmp_path / "b.jsonl.gz"
     packed.write_bytes(gzip.compress(two_files[1].read_bytes()))
     paths = [str(two_files[0]), str(packed)]
-    assert plan(paths, 2) is None  # a gzip file cannot be split by byte range
+    assert plan(paths) is None  # a gzip file cannot be split by byte range
     one = replay_json(capsys, *paths)
     assert replay_json(capsys, "--jobs", "2", *paths) == one
 
@@ -203,7 +203,7 @@ def test_a_trace_that_names_another_prompt_in_a_later_range_is_replayed_again_wh
     lines += [_span(trace, f"{n + 2:016x}", f"{9:016x}", "filler") for n in range(60)]
     lines += [_span(trace, f"{70:016x}", f"{9:016x}", "late", **{"acp.prompt.id": second})]
     _write_one_span_a_line(path, lines)
-    pieces = plan([str(path)], 2, RANGE)
+    pieces = plan([str(path)], RANGE)
     assert pieces is not None and len(pieces) > 2
     # The last range names the second prompt: it sends the trace's spans to the other shard.
     assert replay_ranges(pieces, "shadow", {}, 2).mismatch
@@ -235,7 +235,7 @@ def test_spans_of_a_trace_named_in_an_earlier_range_reach_only_its_owner(
     spans += [_span(trace, f"{99:016x}", "", "root") for trace in traces.values()]
     path = tmp_path / "named-early.jsonl"
     _write_one_span_a_line(path, spans)
-    pieces = plan([str(path)], 2, RANGE)
+    pieces = plan([str(path)], RANGE)
     assert pieces is not None and len(pieces) > 4
     options = {"max_open_traces": 1}
     ranged = replay_ranges(pieces, "shadow", options, 2)
@@ -264,7 +264,7 @@ def test_a_process_that_fails_leaves_the_report_of_one_process(
         return split(peer, *args)
 
     monkeypatch.setattr(shards._Peer, "_split", failing)
-    pieces = plan(paths, 2, RANGE)
+    pieces = plan(paths, RANGE)
     assert pieces is not None
     ranged = replay_ranges(pieces, "shadow", {}, 2)
     assert ranged.lost and not ranged.exact
@@ -290,7 +290,7 @@ def test_a_process_replays_the_spans_of_its_own_ranges_without_sending_them(
         for block in json.loads(line)["resourceSpans"]
         for scope in block["scopeSpans"]
     )
-    pieces = plan(paths, 2, RANGE)
+    pieces = plan(paths, RANGE)
     assert pieces is not None
     ranged = replay_ranges(pieces, "shadow", {}, 2)
     assert ranged.error is None and not ranged.mismatch and ranged.document["spans"] == spans
@@ -343,7 +343,7 @@ def test_a_malformed_span_its_decoder_hands_over_unbuilt_is_found_as_by_one_proc
     broken.write_text("".join(lines), encoding="utf-8")
 
     # One range, decoded by the first process, which does not build the broken span.
-    pieces = plan([str(broken)], 2)
+    pieces = plan([str(broken)])
     assert pieces is not None and len(pieces) == 1
     ranged = replay_ranges(pieces, "shadow", {}, 2)
     assert ranged.unread and not ranged.exact
@@ -384,7 +384,7 @@ def test_a_line_only_the_standard_library_reads_replays_alike_in_several_process
     for jobs in ("2", "3"):
         assert replay_json(capsys, "--jobs", jobs, str(path)) == one
     # Read by byte range, not again the whole-input way after a fault.
-    pieces = plan([str(path)], 2)
+    pieces = plan([str(path)])
     assert pieces is not None
     ranged = replay_ranges(pieces, "shadow", {}, 2)
     assert ranged.exact and ranged.sent > 0
@@ -404,7 +404,7 @@ def test_a_fault_a_decoder_finds_after_one_it_skipped_is_reported_as_the_first(
     assert code == 1 and err.startswith(f"{broken}:{target + 1}: ")
     assert "startTimeUnixNano" in err.splitlines()[0]
 
-    pieces = plan([str(broken)], 2)
+    pieces = plan([str(broken)])
     assert pieces is not None and len(pieces) == 1
     ranged = replay_ranges(pieces, "shadow", {}, 2)
     assert ranged.exact and ranged.error == err.splitlines()[0]

@@ -1,7 +1,7 @@
 """Replaying in several processes: the input decoded in byte ranges, the prompts in shards.
 
-**Plain JSON-lines files** (the common case) are split at line boundaries into ranges of a few
-MiB (:func:`plan`). Each of ``jobs`` processes decodes every ``jobs``-th range, each range once,
+**Plain JSON-lines files** (the common case) are split at line boundaries into ranges of about
+1 MiB (:func:`plan`). Each of ``jobs`` processes decodes every ``jobs``-th range, each range once,
 and replays one shard of the prompts, every range in read order (:func:`replay_ranges`). A
 range's decoder builds the spans of its own shard; every other process gets, in one payload, the
 spans it replays as they were written (encoded again) and a placeholder for each of the others.
@@ -131,7 +131,7 @@ def replay_sharded(
     every process reading all input (:func:`replay_shard`).
     """
     context = _context()
-    pieces = plan(files, jobs, RANGE_BYTES)
+    pieces = plan(files, RANGE_BYTES)
     if pieces is not None:
         ranged = replay_ranges(pieces, mode, options, jobs, context)
         if ranged.exact:
@@ -173,11 +173,12 @@ def _replay_reading_all(
 
 # -- byte ranges --------------------------------------------------------------------------------
 
-RANGE_BYTES: Final = 4 * 1024 * 1024
-"""The largest range decoded at a time (the smallest is 1 MiB): several per process, so that
-the processes stay busy alike and the ranges in flight stay few."""
+RANGE_BYTES: Final = 1024 * 1024
+"""The size of a range decoded at a time (it ends just after the first newline from there on).
 
-_MIN_RANGE_BYTES: Final = 1024 * 1024
+Small, so that a range's spans are still in the processor's caches when they are replayed:
+against ranges of 4 MiB, two processes took 3-4% less wall time on the benchmark file
+(benchmarks/README.md), and a process holds at most a few MiB of decoded spans."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,14 +207,18 @@ def splittable(path: str) -> bool:
     return not head or head[0] in TEXT_STARTS
 
 
-def plan(files: Sequence[str], jobs: int, range_bytes: int = RANGE_BYTES) -> list[Piece] | None:
-    """The ranges of ``files`` in read order, or ``None`` when one of them cannot be split."""
+def plan(files: Sequence[str], range_bytes: int = RANGE_BYTES) -> list[Piece] | None:
+    """The ranges of ``files`` in read order, or ``None`` when one of them cannot be split.
+
+    Each range but a file's last is ``range_bytes`` or a little more (to the end of a line),
+    whatever the number of processes: a file of a few ranges keeps a process idle, but only
+    for as long as one range takes."""
     if not all(splittable(path) for path in files):
         return None
     pieces: list[Piece] = []
     for index, path in enumerate(files):
         size = os.path.getsize(path)
-        step = max(min(_MIN_RANGE_BYTES, range_bytes), min(range_bytes, -(-size // (jobs * 4))))
+        step = max(1, range_bytes)
         start = 0
         with open(path, "rb") as stream:
             while start < size:
