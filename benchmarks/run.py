@@ -245,6 +245,15 @@ class Pipeline:
             self.meter_provider.shutdown()  # a periodic reader collects and exports once more
 
 
+def _build() -> str:
+    """``compiled`` when the guard's processor is the mypyc build's extension module (the
+    README's optional compiled build), else ``pure Python``: the two differ by far more than
+    runs of one do, so every report says which it measured."""
+    import otel_guard.guard.processor as processor
+
+    return "compiled" if not processor.__file__.endswith(".py") else "pure Python"
+
+
 def fused_available() -> bool:
     return GuardFirstSpanProcessor is not None
 
@@ -855,7 +864,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logical, usable = _cores()
     reference = _reference_loop_seconds()
-    print(f"otel-guard {guard_version} benchmarks{' (quick)' if args.quick else ''}")
+    build = _build()
+    print(f"otel-guard {guard_version} benchmarks{' (quick)' if args.quick else ''}, {build} build")
     print(
         f"Python {platform.python_version()}, opentelemetry-sdk {sdk_version}, "
         f"{platform.machine()}, {logical} cores ({usable} usable); "
@@ -869,6 +879,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": platform.python_version(),
         "opentelemetry_sdk": sdk_version,
         "reference_loop_seconds": reference,
+        "build": build,
     }
 
     if args.replay_only:

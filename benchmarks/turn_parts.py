@@ -311,7 +311,10 @@ def main() -> None:
         print(f"  the rest of the turn, around     {piped['around']:6.2f}")
         return
     isolated = measure_isolated(100, max(5, args.rounds // 3))
-    print("tool-heavy turn, guard on the agent's thread, us per turn (medians)")
+    print(
+        f"tool-heavy turn, guard ({run._build()} build) on the agent's thread,"
+        " us per turn (medians)"
+    )
     print("in isolation (hooks called directly on ended spans):")
     for kind in _KINDS:
         print(f"  {kind:12s} {isolated[kind]:6.2f}")
