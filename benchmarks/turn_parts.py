@@ -10,8 +10,9 @@ Two measures of the tool-heavy workload of ``run.py`` (a model-call span, a batc
 tool-call spans a turn, a prompt span every ten turns), agent-thread CPU in microseconds per
 turn, medians of interleaved rounds:
 
-* **in isolation**: the guard's ``on_start`` and ``on_end`` called directly on spans that were
-  started and ended with no processor, by kind of span, each timed alone (the timer's own cost
+* **in isolation**: the guard's ``on_start`` and ``on_end`` called directly, in the agent's
+  order, on spans that were started and ended with no other processor (a recorder notes the
+  calls), each call timed alone and counted by kind of span (the timer's own cost
   subtracted). This is what the guard's code costs when nothing runs between its calls.
 * **in the pipeline**: the agent emitting through a real ``TracerProvider`` (the discarding
   pipeline of ``run.py``) without the guard, with it, and with it wrapped in a processor that
@@ -38,7 +39,6 @@ from typing import Any
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.trace import set_span_in_context
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -62,103 +62,71 @@ def _timer_cost() -> float:
     return best / 2  # the loop body reads the clock twice; a timing reads it twice, once inside
 
 
-_Turn = tuple[list[Span], Span, list[Span]]
+# A hook call to replay: whether it is on_start, the span (a live span for on_start, the
+# ReadableSpan the SDK hands to on_end), and the kind it is counted under.
+_Call = tuple[bool, Any, str]
 
 
-def _ended_sessions(prompts: Sequence[workload.Prompt]) -> list[tuple[Span, list[_Turn]]]:
-    """The workload's spans, started and ended by a provider with no processor."""
-    tracer = TracerProvider(resource=run.RESOURCE).get_tracer("agent")
-    sessions = []
-    for prompt in prompts:
-        attributes = {"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt.prompt_id}
-        prompt_span = tracer.start_span("invoke_agent", attributes=attributes)
-        prompt_context = set_span_in_context(prompt_span)
-        turns: list[_Turn] = []
-        for turn in prompt.turns:
-            filler = [
-                tracer.start_span(name, context=prompt_context, attributes=attributes)
-                for name, attributes in turn.filler
-            ]
-            for span in filler:
-                span.end()
-            batch = tracer.start_span(
-                "tool_batch", context=prompt_context, attributes={"acp.prompt.id": prompt.prompt_id}
-            )
-            batch_context = set_span_in_context(batch)
-            calls = []
-            for call in turn.calls:
-                span = tracer.start_span(
-                    "execute_tool", context=batch_context, attributes=call.start
-                )
-                span.set_attributes(call.outcome)
-                span.end()
-                calls.append(span)
-            batch.set_attributes(
-                {
-                    "acp.batch.admitted": len(turn.calls),
-                    "acp.input.external": False,
-                    "acp.input.queued_prompt": False,
-                    "acp.input.reliable": True,
-                }
-            )
-            batch.end()
-            turns.append((filler, batch, calls))
-        prompt_span.end()
-        sessions.append((prompt_span, turns))
-    return sessions
+class _Recorder(SpanProcessor):
+    """Records every hook call of the provider, in order, with the kind of span it is for."""
+
+    def __init__(self) -> None:
+        self.calls: list[_Call] = []
+
+    def on_start(self, span: Span, parent_context: Any = None) -> None:
+        self.calls.append((True, span, _kind(span.name, True)))
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.calls.append((False, span, _kind(span.name, False)))
 
 
-def _isolated_round(
-    sessions: list[tuple[Span, list[_Turn]]], times: dict[str, int], overhead: float
-) -> None:
+def _kind(name: str, start: bool) -> str:
+    if name == "invoke_agent":
+        return "prompt"
+    if name == "tool_batch":
+        return "batch start" if start else "batch end"
+    if name == "execute_tool":
+        return "tool start" if start else "tool end"
+    return "model call"  # the tool-heavy workload's one other span a turn
+
+
+def _recorded_calls(prompts: Sequence[workload.Prompt]) -> list[_Call]:
+    """The workload's hook calls as the agent makes them (``workload.emit``), recorded by a
+    provider with no other processor, so the spans are ended before the guard sees them."""
+    recorder = _Recorder()
+    provider = TracerProvider(resource=run.RESOURCE)
+    provider.add_span_processor(recorder)
+    workload.emit(provider.get_tracer("agent"), prompts)
+    return recorder.calls
+
+
+def _isolated_round(calls: list[_Call], times: dict[str, int], overhead: float) -> None:
     guard = GuardSpanProcessor(
         mode="shadow", meter_provider=MeterProvider(), logger_provider=LoggerProvider()
     )
     on_start, on_end = guard.on_start, guard.on_end
     clock = _clock
-    charged = 0.0
-    for prompt_span, turns in sessions:
-        t0 = clock()
-        on_start(prompt_span)
-        times["prompt"] += clock() - t0
-        for filler, batch, calls in turns:
-            t0 = clock()
-            for span in filler:
-                on_start(span)
-                on_end(span)
-            t1 = clock()
-            on_start(batch)
-            t2 = clock()
-            for span in calls:
-                on_start(span)
-            t3 = clock()
-            for span in calls:
-                on_end(span)
-            t4 = clock()
-            on_end(batch)
-            t5 = clock()
-            times["model call"] += t1 - t0
-            times["batch start"] += t2 - t1
-            times["tool start"] += t3 - t2
-            times["tool end"] += t4 - t3
-            times["batch end"] += t5 - t4
-            charged += 5 * overhead
-        t0 = clock()
-        on_end(prompt_span)
-        times["prompt"] += clock() - t0
-        charged += 2 * overhead
-    times["timer"] += int(charged)
+    for start, span, kind in calls:
+        if start:
+            begin = clock()
+            on_start(span)
+        else:
+            begin = clock()
+            on_end(span)
+        times[kind] += clock() - begin
+    times["timer"] += int(overhead * len(calls))
     guard.shutdown()
 
 
 def measure_isolated(prompts: int, rounds: int) -> dict[str, float]:
-    sessions = _ended_sessions(workload.generate(workload.TOOL_HEAVY, prompts))
-    turns = sum(len(turns) for _, turns in sessions)
+    sessions = workload.generate(workload.TOOL_HEAVY, prompts)
+    calls = _recorded_calls(sessions)
+    turns = sum(len(prompt.turns) for prompt in sessions)
     overhead = _timer_cost()
     per_round: list[dict[str, float]] = []
     for r in range(rounds + 2):
         times = dict.fromkeys((*_KINDS, "timer"), 0)
-        _isolated_round(sessions, times, overhead)
+        _isolated_round(calls, times, overhead)
         if r >= 2:  # two warm-up rounds
             per_round.append({k: v / turns / 1e3 for k, v in times.items()})
     result = {kind: statistics.median(r[kind] for r in per_round) for kind in _KINDS}
