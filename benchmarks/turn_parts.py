@@ -5,6 +5,7 @@ Run from the repository root after ``pip install .``::
     python benchmarks/turn_parts.py            # about half a minute
     python benchmarks/turn_parts.py --rounds 20
     python benchmarks/turn_parts.py --stand-in allocating   # other work in the guard's place
+    python benchmarks/turn_parts.py --records    # a transition record: the guard's part, the SDK's
 
 Two measures of the tool-heavy workload of ``run.py`` (a model-call span, a batch span and three
 tool-call spans a turn, a prompt span every ten turns), agent-thread CPU in microseconds per
@@ -21,7 +22,11 @@ turn, medians of interleaved rounds:
   are its own code there; the arm's difference to the arm without the guard, less that, is
   what the rest of the process pays more for having the guard between its steps.
 
-The two together say whether a change must cut the guard's own work or the memory and code it
+``--records`` measures instead what one transition record costs on the telemetry's worker: the
+guard's part (the record's fields, attribute dictionaries and context) and the whole, through
+the SDK's logger, a ``SimpleLogRecordProcessor`` and an exporter that keeps nothing.
+
+The first two together say whether a change must cut the guard's own work or the memory and code it
 brings between the SDK's steps (docs: benchmarks/README.md, "Where the agent's time goes").
 """
 
@@ -37,6 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import (
+    LogRecordExporter,
+    LogRecordExportResult,
+    SimpleLogRecordProcessor,
+)
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
@@ -46,6 +56,7 @@ import run
 import workload
 
 from otel_guard import GuardSpanProcessor
+from otel_guard.guard.telemetry import GuardTelemetry
 
 _clock = time.thread_time_ns
 _KINDS = ("prompt", "model call", "batch start", "tool start", "tool end", "batch end")
@@ -262,6 +273,57 @@ def measure_pipeline(prompts: int, rounds: int, stand_in: str | None = None) -> 
     }
 
 
+class _DiscardingLogExporter(LogRecordExporter):
+    def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
+        return LogRecordExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def measure_records(prompts: int, rounds: int) -> dict[str, float]:
+    """What one transition record costs where the worker builds it: the guard's part (its
+    fields, attribute dictionaries and context, with no logger) and the whole, through an SDK
+    ``LoggerProvider`` with a ``SimpleLogRecordProcessor`` and an exporter that keeps nothing,
+    in microseconds per record. The records are the tool-heavy workload's own transitions, taken
+    from the guard's hand-over to its worker (``GuardTelemetry._put``, replaced for the run)."""
+    items: list[Any] = []
+    put = GuardTelemetry._put
+    GuardTelemetry._put = lambda self, item: items.append(item)  # type: ignore[method-assign]
+    try:
+        pipeline = run.Pipeline("with")
+        workload.emit(pipeline.tracer, workload.generate(workload.TOOL_HEAVY, prompts))
+    finally:
+        GuardTelemetry._put = put  # type: ignore[method-assign]
+    decided = [item for item in items if item[0] == "decided"]
+
+    def telemetry(sdk: bool) -> GuardTelemetry:
+        provider = LoggerProvider(resource=run.RESOURCE)
+        provider.add_log_record_processor(SimpleLogRecordProcessor(_DiscardingLogExporter()))
+        made = GuardTelemetry(MeterProvider(), provider, background=False)
+        if not sdk:
+            made._log = None  # the guard's part only: no record reaches the SDK
+        return made
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(rounds):
+        for sdk in (True, False) if r % 2 else (False, True):
+            emitter = telemetry(sdk)
+            begin = _clock()
+            for item in decided:
+                emitter._emit_item(item)
+            times[sdk].append((_clock() - begin) / len(decided) / 1e3)
+            emitter.close()
+    return {
+        "records": float(len(decided)),
+        "guard": statistics.median(times[False]),
+        "whole": statistics.median(times[True]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=60, help="interleaved rounds")
@@ -270,7 +332,16 @@ def main() -> None:
         choices=("arithmetic", "allocating"),
         help="in the pipeline, put work of this kind in the guard's place (see _StandIn)",
     )
+    parser.add_argument(
+        "--records", action="store_true", help="only the cost of a transition record"
+    )
     args = parser.parse_args()
+    if args.records:
+        cost = measure_records(400, max(4, args.rounds // 5))
+        print(f"a transition record on the worker, us (medians, {cost['records']:.0f} records):")
+        print(f"  the guard's part (fields, attributes, context)  {cost['guard']:6.2f}")
+        print(f"  with the SDK's logger, processor and exporter   {cost['whole']:6.2f}")
+        return
     if args.stand_in:
         piped = measure_pipeline(200, args.rounds, args.stand_in)
         print(f"{args.stand_in} stand-in in the guard's place, us per tool-heavy turn (medians):")
