@@ -410,3 +410,24 @@ def test_a_fault_a_decoder_finds_after_one_it_skipped_is_reported_as_the_first(
     assert ranged.exact and ranged.error == err.splitlines()[0]
     for jobs in ("2", "3"):
         assert replay_status(capsys, "--jobs", jobs, str(broken)) == (code, one, err)
+
+
+def test_a_file_is_cut_into_ranges_of_about_one_mib_each_ending_after_a_newline(
+    tmp_path: Path,
+) -> None:
+    # Ranges of 1 MiB whatever the number of processes (docs/design.md, "Byte ranges"): a
+    # range's spans stay in the caches until they are replayed, and a small file is not cut
+    # into slivers for many processes.
+    line = '{"resourceSpans": []}' + " " * 999 + "\n"  # 1,022 bytes, so no range ends evenly
+    path = tmp_path / "three-mib.jsonl"
+    path.write_text(line * 3100, encoding="utf-8")  # about 3.02 MiB
+    size = path.stat().st_size
+    pieces = plan([str(path)])
+    assert pieces is not None and len(pieces) == 4
+    assert pieces[0].start == 0 and pieces[-1].end == size
+    data = path.read_bytes()
+    for before, after in itertools.pairwise(pieces):
+        assert before.end == after.start and data[before.end - 1 : before.end] == b"\n"
+    for piece in pieces[:-1]:
+        assert shards.RANGE_BYTES <= piece.end - piece.start < shards.RANGE_BYTES + len(line)
+    assert shards.RANGE_BYTES == 1024 * 1024
