@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import (
@@ -171,15 +171,19 @@ class _Timed(SpanProcessor):
         return self.inner.force_flush(timeout_millis)
 
 
-def _wrap_first(pipeline: run.Pipeline, make: Callable[[SpanProcessor], _Timed]) -> _Timed:
-    """Wrap the first span processor of the pipeline's provider (the SDK keeps them in a tuple
-    on its multi-span processor: a private field, read here only)."""
+_P = TypeVar("_P", bound=SpanProcessor)
+
+
+def _replace_first(pipeline: run.Pipeline, make: Callable[[SpanProcessor], _P]) -> _P:
+    """Put ``make(first)`` in place of the first span processor of the pipeline's provider (the
+    guard's place, or the floor's; the SDK keeps them in a tuple on its multi-span processor:
+    a private field, read here only)."""
     active = pipeline.tracer_provider._active_span_processor
     processors = list(active._span_processors)
-    timed = make(processors[0])
-    processors[0] = timed
+    made = make(processors[0])
+    processors[0] = made
     active._span_processors = tuple(processors)
-    return timed
+    return made
 
 
 class _Empty(SpanProcessor):
@@ -224,13 +228,10 @@ def measure_pipeline(prompts: int, rounds: int, stand_in: str | None = None) -> 
     }
     if stand_in is not None:
         for name in ("with", "timed"):  # the guard's place in both arms
-            active = arms[name].tracer_provider._active_span_processor
-            processors = list(active._span_processors)
-            processors[0] = _StandIn(stand_in, 60)
-            active._span_processors = tuple(processors)
+            _replace_first(arms[name], lambda _, kind=stand_in: _StandIn(kind, 60))
     timed = {
-        "timed": _wrap_first(arms["timed"], _Timed),
-        "empty timed": _wrap_first(arms["empty timed"], lambda _: _Timed(_Empty())),
+        "timed": _replace_first(arms["timed"], _Timed),
+        "empty timed": _replace_first(arms["empty timed"], lambda _: _Timed(_Empty())),
     }
     sessions = workload.generate(workload.TOOL_HEAVY, prompts)
     blocks = [sessions[i : i + 20] for i in range(0, len(sessions) - 19, 20)]
