@@ -17,10 +17,10 @@ turn, medians of interleaved rounds:
   subtracted). This is what the guard's code costs when nothing runs between its calls.
 * **in the pipeline**: the agent emitting through a real ``TracerProvider`` (the discarding
   pipeline of ``run.py``) without the guard, with it, and with it wrapped in a processor that
-  times its hooks; a fourth arm times an empty processor the same way, for the wrapper's and
-  the timer's cost. The guard's hooks timed inside the pipeline, less the empty wrapper's,
-  are its own code there; the arm's difference to the arm without the guard, less that, is
-  what the rest of the process pays more for having the guard between its steps.
+  times its hooks; a fourth arm times ``run.py``'s empty processor the same way, for the
+  wrapper's and the timer's cost. The guard's hooks timed inside the pipeline, less the empty
+  wrapper's, are its own code there; the arm's difference to the arm without the guard, less
+  that, is what the rest of the process pays more for having the guard between its steps.
 
 ``--records`` measures instead what one transition record costs on the telemetry's worker: the
 guard's part (the record's fields, attribute dictionaries and context) and the whole, through
@@ -118,12 +118,9 @@ def _isolated_round(calls: list[_Call], times: dict[str, int], overhead: float) 
     on_start, on_end = guard.on_start, guard.on_end
     clock = _clock
     for start, span, kind in calls:
-        if start:
-            begin = clock()
-            on_start(span)
-        else:
-            begin = clock()
-            on_end(span)
+        hook = on_start if start else on_end
+        begin = clock()
+        hook(span)
         times[kind] += clock() - begin
     times["timer"] += int(overhead * len(calls))
     guard.shutdown()
@@ -186,14 +183,6 @@ def _replace_first(pipeline: run.Pipeline, make: Callable[[SpanProcessor], _P]) 
     return made
 
 
-class _Empty(SpanProcessor):
-    def on_start(self, span: Span, parent_context: Any = None) -> None:
-        pass
-
-    def on_end(self, span: ReadableSpan) -> None:
-        pass
-
-
 class _StandIn(SpanProcessor):
     """Work of another kind in the guard's place, to tell what costs the rest of the turn more:
     ``arithmetic`` adds integers (no memory touched) for every ended span; ``allocating`` builds
@@ -227,11 +216,12 @@ def measure_pipeline(prompts: int, rounds: int, stand_in: str | None = None) -> 
         "empty timed": run.Pipeline("floor"),
     }
     if stand_in is not None:
+        kind = stand_in
         for name in ("with", "timed"):  # the guard's place in both arms
-            _replace_first(arms[name], lambda _, kind=stand_in: _StandIn(kind, 60))
+            _replace_first(arms[name], lambda _: _StandIn(kind, 60))
     timed = {
         "timed": _replace_first(arms["timed"], _Timed),
-        "empty timed": _replace_first(arms["empty timed"], lambda _: _Timed(_Empty())),
+        "empty timed": _replace_first(arms["empty timed"], _Timed),  # run.FloorProcessor
     }
     sessions = workload.generate(workload.TOOL_HEAVY, prompts)
     blocks = [sessions[i : i + 20] for i in range(0, len(sessions) - 19, 20)]
