@@ -177,7 +177,7 @@ RANGE_BYTES: Final = 1024 * 1024
 """The size of a range decoded at a time (it ends just after the first newline from there on).
 
 Small, so that a range's spans are still in the processor's caches when they are replayed:
-against ranges of 4 MiB, two processes took 3-4% less wall time on the benchmark file
+against ranges of 4 MiB, two processes took 2-5% less wall time on the benchmark file
 (benchmarks/README.md), and a process holds at most a few MiB of decoded spans."""
 
 
