@@ -14,7 +14,15 @@ import pytest
 from harness import OK, Harness, decisions_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
 
 from otel_guard import BatchEvaluation
 from otel_guard.cli import main
@@ -481,6 +489,26 @@ def test_replay_reads_genai_traces_with_the_live_decisions(
     assert report["prompts"] == 1 and report["batches"] == 3
     live = agent.harness.decision_counts()
     assert {k: v for k, v in report["decisions"].items() if v} == live
+
+
+def test_a_prompt_under_a_remote_parent_is_decided_live_and_in_replay_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An agent service called with a propagated traceparent: its prompt span is the local root.
+    agent = Agent()
+    caller = SpanContext(
+        0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, True, TraceFlags(1)
+    )
+    with agent.prompt(parent=NonRecordingSpan(caller)) as prompt:
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)
+    live = agent.harness.decision_counts()
+    assert live == {"tracked": 1, "would_warn": 1, "would_stop": 1}
+    code, report, err = _replay(capsys, _write(agent, tmp_path / "remote.jsonl"))
+    assert code == 0 and err == ""
+    assert {k: v for k, v in report["decisions"].items() if v} == live
+    assert report["invariant_violations"] == 0
 
 
 def test_replay_counts_batch_span_prompts_as_acp(capsys: pytest.CaptureFixture[str]) -> None:

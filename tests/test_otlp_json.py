@@ -19,7 +19,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
 
 from otel_guard.replay import otlp_json
 from otel_guard.replay.otlp_json import (
@@ -126,6 +134,39 @@ def test_the_reference_protobuf_encoding_reads_to_the_same_spans() -> None:
     reference = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
     line = json.dumps(hex_ids(reference))
     assert [summary(s) for s in parse_request(line)] == [summary(s) for s in spans]
+
+
+def _remote_child() -> list[ReadableSpan]:
+    """A span whose parent came from another process (a propagated ``traceparent``)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    remote = SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, TraceFlags(1)
+    )
+    parent = provider.get_tracer("agent").start_span(
+        "invoke_agent", context=set_span_in_context(NonRecordingSpan(remote))
+    )
+    provider.get_tracer("agent").start_span("chat", context=set_span_in_context(parent)).end()
+    parent.end()
+    provider.shutdown()
+    return list(exporter.get_finished_spans())
+
+
+def test_a_remote_parent_is_read_as_remote_from_the_writer_and_the_reference_encoding() -> None:
+    spans = _remote_child()
+    written = json.dumps(encode_request(spans))
+    reference = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    for line in (
+        written,
+        json.dumps(hex_ids(reference)),
+        json.dumps(MessageToDict(encode_spans(spans))),
+    ):
+        chat, agent = parse_request(line)
+        assert agent.parent is not None and agent.parent.is_remote
+        assert chat.parent is not None and not chat.parent.is_remote
+        assert chat.parent.span_id == agent.context.span_id  # type: ignore[union-attr]
+        assert not agent.context.is_remote  # type: ignore[union-attr]
 
 
 def test_enum_names_and_base64_ids_of_the_generic_protobuf_json_mapping_are_read() -> None:

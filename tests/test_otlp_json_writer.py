@@ -69,7 +69,8 @@ def test_a_value_of_another_type_is_written_as_its_text() -> None:
 )
 def test_kinds_flags_and_times_are_written(kind: SpanKind, number: int) -> None:
     body = encode_request([span(1, kind=kind)])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
-    assert (body["kind"], body["flags"]) == (number, 1)
+    # The sampled trace flag, and bit 8: whether the parent is remote is known (it is not).
+    assert (body["kind"], body["flags"]) == (number, 0x101)
     assert (body["startTimeUnixNano"], body["endTimeUnixNano"]) == ("10", "20")
 
 

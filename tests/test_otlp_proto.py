@@ -292,3 +292,15 @@ def test_status_without_an_error_code_has_no_description() -> None:
     assert (ok.status.status_code, ok.status.description) == (StatusCode.OK, None)
     assert (unset.status.status_code, unset.status.description) == (StatusCode.UNSET, None)
     assert (error.status.status_code, error.status.description) == (StatusCode.ERROR, None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "remote"),
+    [(0, False), (1, False), (0x100, False), (0x101, False), (0x200, False), (0x300, True)],
+)
+def test_the_span_flags_say_whether_the_parent_is_remote(flags: int, remote: bool) -> None:
+    # Bit 8 says whether bit 9 is known; bit 9 that the parent is in another process.
+    message = request(parent_span_id=b"\x00" * 7 + b"\x01", flags=flags | 1)
+    for read in (from_proto(message)[0], from_json(message)[0]):
+        assert read.parent is not None and read.parent.is_remote is remote
+        assert read.context is not None and read.context.is_remote is False

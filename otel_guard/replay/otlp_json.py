@@ -43,8 +43,10 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from otel_guard.replay.recorded import (
+    HAS_REMOTE_FLAG,
     KINDS,
     OK_STATUS,
+    REMOTE_PARENT_FLAGS,
     STATUS,
     TRACE_FLAGS,
     UNSET_STATUS,
@@ -53,6 +55,7 @@ from otel_guard.replay.recorded import (
     OtherSignal,
     RecordedSpan,
     Shape,
+    parent_context,
     span_context,
 )
 from otel_guard.replay.trace_input import (
@@ -606,6 +609,7 @@ def _common_span(
     if type(flags) is not int or not 0 <= flags < _UINT64_LIMIT:
         return None
     trace_flags = TRACE_FLAGS[flags & 0xFF]
+    remote = flags & REMOTE_PARENT_FLAGS == REMOTE_PARENT_FLAGS
 
     if type(span_text) is not str:
         return None
@@ -628,7 +632,7 @@ def _common_span(
         if type(parent_text) is not str:
             return None
         parent = by_span_id.get(parent_text)
-        if parent is None or parent[0] != trace_id or parent[3] is not trace_flags:
+        if remote or parent is None or parent[0] != trace_id or parent[3] is not trace_flags:
             if len(parent_text) == 16 and _HEX.issuperset(parent_text):
                 parent_id: int | None = int(parent_text, 16)
             else:
@@ -636,8 +640,10 @@ def _common_span(
             if parent_id is None:
                 return None
             if parent_id:
-                fields = (trace_id, parent_id, False, trace_flags, DEFAULT_TRACE_STATE, True)
-                parent = by_span_id[parent_text] = _new_tuple(SpanContext, fields)
+                fields = (trace_id, parent_id, remote, trace_flags, DEFAULT_TRACE_STATE, True)
+                parent = _new_tuple(SpanContext, fields)
+                if not remote:  # the cache holds local contexts only: a span's own is local
+                    by_span_id[parent_text] = parent
 
     if type(start) is str and start.isdigit() and start.isascii() and len(start) <= 20:
         start = int(start)
@@ -748,7 +754,8 @@ def _span(value: object, resource: Resource, scope: InstrumentationScope) -> Rea
     kind = KINDS.get(_enum(get("kind", 0), _KIND_NAMES, ".kind"))
     if kind is None:
         raise Shape("unknown span kind", ".kind")
-    flags = TraceFlags(_uint64(get("flags", 1), ".flags") & 0xFF)
+    all_flags = _uint64(get("flags", 1), ".flags")
+    flags = TraceFlags(all_flags & 0xFF)
     status_body = _expect(get("status", _NO_STATUS), dict, ".status")
     status = UNSET_STATUS
     if status_body:
@@ -768,7 +775,7 @@ def _span(value: object, resource: Resource, scope: InstrumentationScope) -> Rea
     return RecordedSpan(
         _expect(get("name", ""), str, ".name"),
         span_context(trace_id, span_id, flags),
-        span_context(trace_id, parent_id, flags) if parent_id else None,
+        parent_context(trace_id, parent_id, flags, all_flags) if parent_id else None,
         resource,
         attributes,
         kind,
@@ -827,7 +834,10 @@ def _encode_span(span: ReadableSpan) -> dict[str, Any]:
     }
     if span.parent is not None:
         body["parentSpanId"] = f"{span.parent.span_id:016x}"
-    body["flags"] = int(context.trace_flags)
+    parent = span.parent
+    body["flags"] = int(context.trace_flags) | (
+        REMOTE_PARENT_FLAGS if parent is not None and parent.is_remote else HAS_REMOTE_FLAG
+    )
     body["name"] = span.name
     body["kind"] = _KIND_NUMBERS.get(span.kind, 1)
     body["startTimeUnixNano"] = str(span.start_time or 0)

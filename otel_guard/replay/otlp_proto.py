@@ -45,6 +45,7 @@ from otel_guard.replay.recorded import (
     OtherSignal,
     RecordedSpan,
     Shape,
+    parent_context,
     span_context,
 )
 
@@ -163,7 +164,7 @@ def _span(span: Any, resource: Any, scope: Any) -> ReadableSpan:
     return RecordedSpan(
         span.name,
         span_context(trace_id, span_id, flags),
-        span_context(trace_id, parent_id, flags) if parent_id else None,
+        parent_context(trace_id, parent_id, flags, span.flags) if parent_id else None,
         resource,
         _attributes(span.attributes),
         kind,

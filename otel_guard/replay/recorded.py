@@ -29,9 +29,11 @@ from otel_guard.spans import attributes as attr
 
 __all__ = [
     "CACHE_LIMIT",
+    "HAS_REMOTE_FLAG",
     "ID_CHARS_LIMIT",
     "KINDS",
     "OK_STATUS",
+    "REMOTE_PARENT_FLAGS",
     "STATUS",
     "TRACE_FLAGS",
     "UNSET_STATUS",
@@ -42,6 +44,7 @@ __all__ = [
     "Shape",
     "bound_ids",
     "bounded_id",
+    "parent_context",
     "span_context",
 ]
 
@@ -57,6 +60,11 @@ STATUS: Final = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
 UNSET_STATUS: Final = Status(StatusCode.UNSET)
 OK_STATUS: Final = Status(StatusCode.OK)
 TRACE_FLAGS: Final = tuple(TraceFlags(flags) for flags in range(256))
+# OTLP span flags above the W3C trace flags (bits 0-7): bit 8 says whether bit 9 is known, and
+# bit 9 that the span's parent is remote (in another process). The OpenTelemetry SDKs' OTLP
+# exporters set them; without bit 8 the parent is read as local, as it always was.
+HAS_REMOTE_FLAG: Final = 0x100
+REMOTE_PARENT_FLAGS: Final = 0x300
 # Resources and scopes repeat on every line; sharing them keeps memory flat for long files.
 CACHE_LIMIT: Final = 4096
 
@@ -121,6 +129,16 @@ def span_context(trace_id: int, span_id: int, flags: TraceFlags) -> SpanContext:
     ``SpanContext.__new__`` only re-checks that and fills in defaults; the tuple is the same.
     """
     return _new_tuple(SpanContext, (trace_id, span_id, False, flags, DEFAULT_TRACE_STATE, True))
+
+
+def parent_context(trace_id: int, span_id: int, flags: TraceFlags, span_flags: int) -> SpanContext:
+    """The parent's span context, remote when the span's OTLP flags (``span_flags``) say so.
+
+    A remote parent makes the span its process's local root, as it was live: the guard reads
+    an inferred prompt under it without waiting for a parent that process never ended.
+    """
+    remote = span_flags & REMOTE_PARENT_FLAGS == REMOTE_PARENT_FLAGS
+    return _new_tuple(SpanContext, (trace_id, span_id, remote, flags, DEFAULT_TRACE_STATE, True))
 
 
 class Shape(Exception):

@@ -951,7 +951,7 @@ class Replayer:
                     not start_keys.isdisjoint(attributes)
                     or bool(start_values and _start_value_matches(attributes)),
                 )
-                if parent is None:
+                if parent is None or parent[2]:  # a root, or a local root (remote parent)
                     finished.append((trace_id, read + window))
                 if len(buffered) >= max_spans:
                     self._replay(trace_id, bound="trace_spans")

@@ -27,7 +27,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.trace import Span, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    set_span_in_context,
+)
 
 from otel_guard.replay.otlp_json import encode_request
 
@@ -87,12 +95,19 @@ def _agent(
     rounds: Sequence[Sequence[tuple[str, str | None]]],
     late_last_tool: bool = False,
     nested: bool = False,
+    caller: SpanContext | None = None,
 ) -> None:
-    """One prompt: before each round a model call, then the round's tool calls."""
+    """One prompt: before each round a model call, then the round's tool calls. ``caller``: the
+    remote parent of the prompt span (a propagated ``traceparent``)."""
     attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent"}
     if conversation is not None:
         attributes["gen_ai.conversation.id"] = conversation
-    prompt = tracer.start_span("invoke_agent", start_time=clock.tick(), attributes=attributes)
+    prompt = tracer.start_span(
+        "invoke_agent",
+        context=None if caller is None else set_span_in_context(NonRecordingSpan(caller)),
+        start_time=clock.tick(),
+        attributes=attributes,
+    )
     parent = prompt
     if nested:
         parent = tracer.start_span(
@@ -161,6 +176,9 @@ def genai_spans() -> list[ReadableSpan]:
     _agent(tracer, clock, "conv-late", [fail, fail, fail], late_last_tool=True)
     # Nested invoke_agent spans: the outermost is the prompt.
     _agent(tracer, clock, "conv-nested", [fail] * 3, nested=True)
+    # Called by another service: the prompt span's parent is remote, so it is the local root.
+    caller = SpanContext(0x7E57_C0FFEE, 0xCA11E5, is_remote=True, trace_flags=TraceFlags(1))
+    _agent(tracer, clock, "conv-remote", [fail] * 3, caller=caller)
     provider.shutdown()
     return list(exporter.get_finished_spans())
 
