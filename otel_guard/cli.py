@@ -209,6 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
+def _warn(message: str) -> None:
+    """One line on stderr: file names and input text in it are escaped (``printable``), so that
+    neither a newline nor a terminal escape in them reaches the terminal raw."""
+    print(printable(message), file=sys.stderr)
+
+
 def _demo(mode: str, out_path: str | None) -> int:
     # Imported here: the replay command does without the demo's sessions and producer.
     from otel_guard.demo import run_demo
@@ -220,9 +226,9 @@ def _demo(mode: str, out_path: str | None) -> int:
         with open(out_path, "w", encoding="utf-8") as stream:
             run_demo(mode, sys.stdout, stream)
     except OSError as error:
-        print(f"{out_path}: cannot write ({error.strerror or error})", file=sys.stderr)
+        _warn(f"{out_path}: cannot write ({error.strerror or error})")
         return EXIT_INPUT
-    print(f"\nspans written to {out_path}", file=sys.stdout)
+    print(f"\nspans written to {printable(out_path)}", file=sys.stdout)
     return EXIT_OK
 
 
@@ -271,7 +277,7 @@ def _replay(args: argparse.Namespace) -> int:
     if interrupted:
         error = "interrupted"
     if error is not None:
-        print(error, file=sys.stderr)
+        _warn(error)
     document["files"] = list(args.files)
     document["error"] = error
     document["complete"] = error is None
@@ -279,10 +285,7 @@ def _replay(args: argparse.Namespace) -> int:
     missing = unreadable(document)
     if missing is not None:
         shown = ", ".join(args.files)
-        print(
-            f"{shown}: {document['spans']} spans, no prompt the guard can read: {missing}",
-            file=sys.stderr,
-        )
+        _warn(f"{shown}: {document['spans']} spans, no prompt the guard can read: {missing}")
     status = _gate(document, args.allow_empty, ", ".join(args.files))
     if interrupted:
         status = document["verdict"]["status"] = EXIT_INTERRUPTED
@@ -294,7 +297,7 @@ def _gate(document: dict[str, Any], allow_empty: bool, inputs: str) -> int:
     result = verdict(document, allow_empty=allow_empty)
     document["verdict"] = {"status": result.status, "reasons": list(result.reasons)}
     if document.get("complete") and result.status == EXIT_NO_SPANS:
-        print(f"{inputs}: no spans read (--allow-empty accepts it)", file=sys.stderr)
+        _warn(f"{inputs}: no spans read (--allow-empty accepts it)")
     if document.get("invariant_violations"):
         broken = ", ".join(
             f"{name} {count}" for name, count in document.get("invariants", {}).items() if count
@@ -373,7 +376,7 @@ def _output(document: dict[str, Any], output_format: str, html: str | None, stat
             with open(html, "w", encoding="utf-8") as stream:
                 stream.write(render_html(document))
         except OSError as error:
-            print(f"{html}: cannot write ({error.strerror or error})", file=sys.stderr)
+            _warn(f"{html}: cannot write ({error.strerror or error})")
             status = status or EXIT_INPUT
     try:
         if output_format == "json":
@@ -410,10 +413,10 @@ def _merge(paths: Sequence[str], output_format: str, html: str | None, allow_emp
         try:
             documents.append(load_report(path))
         except OSError as error:
-            print(f"{path}: cannot read ({error.strerror or error})", file=sys.stderr)
+            _warn(f"{path}: cannot read ({error.strerror or error})")
             return EXIT_INPUT
         except InvalidReport as error:
-            print(f"{path}: {printable(error)}", file=sys.stderr)
+            _warn(f"{path}: {error}")
             return EXIT_INPUT
     try:
         merged = merge_reports(documents)
@@ -423,8 +426,8 @@ def _merge(paths: Sequence[str], output_format: str, html: str | None, allow_emp
     if not merged.get("complete", True):
         for path, document in zip(paths, documents, strict=True):
             if document.get("error") or document.get("complete") is False:
-                shown = printable(document.get("error") or "input stopped early")
-                print(f"{path}: a replay whose input stopped early: {shown}", file=sys.stderr)
+                shown = document.get("error") or "input stopped early"
+                _warn(f"{path}: a replay whose input stopped early: {shown}")
     return _output(merged, output_format, html, _gate(merged, allow_empty, ", ".join(paths)))
 
 

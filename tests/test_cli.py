@@ -397,6 +397,35 @@ def test_a_subprocess_malformed_run_prints_one_line_and_no_traceback(tmp_path: P
     assert "invariant violations: 0" in completed.stdout
 
 
+def test_text_on_the_first_line_is_named_by_its_line_as_any_other_bad_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "notes.jsonl"
+    path.write_text("not json\n" + request() + "\n", encoding="utf-8")
+    code, report, err = replay_json(capsys, str(path))
+    assert code == 1
+    assert err.startswith(f"{path}:1: text, not trace input (starts 'not json'); ")
+    assert report["error"] == err.rstrip("\n")
+
+
+def test_a_file_name_with_a_newline_or_escape_is_escaped_once_wherever_it_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad\nname\x1b[31m.jsonl"
+    path.write_text("{}\n", encoding="utf-8")
+    shown = str(path).replace("\n", "\\x0a").replace("\x1b", "\\x1b")
+    code, out, err = run(capsys, "replay", str(path))
+    assert code == 1
+    assert err == f"{shown}:1: not a trace export request (no resourceSpans)\n"
+    verdict, inputs = out.splitlines()[:2]
+    assert verdict.startswith(f"verdict: FAIL, exit 1 (input stopped early: {shown}:1: not a")
+    assert inputs.startswith(f"inputs: {shown}; input stopped early: {shown}:1: not a")
+    assert "\x1b" not in out
+    code, report, _ = replay_json(capsys, str(path))
+    assert report["files"] == [str(path)]  # the report's data keeps the name as it is
+    assert report["error"].startswith(f"{path}:1: ")
+
+
 @pytest.mark.parametrize("name", ["-", "/dev/stdin"])
 def test_standard_input_is_replayed_from_a_pipe_as_the_file_is(
     name: str, demo_files: dict[str, tuple[Path, str]], capsys: pytest.CaptureFixture[str]

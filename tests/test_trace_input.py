@@ -658,11 +658,11 @@ def test_input_that_is_neither_json_lines_nor_frames_is_described_not_called_a_l
 ) -> None:
     with pytest.raises(MalformedInput) as error:
         list(Source("-", stdin=io.BytesIO(data)).records())
-    assert str(error.value) == f"-: {message}"
+    assert str(error.value) == f"-:1: {message}"
     packed = gzip.compress(data)  # the same once decompressed
     with pytest.raises(MalformedInput) as error:
         list(Source("-", stdin=io.BytesIO(packed)).records())
-    assert str(error.value) == f"-: {message}"
+    assert str(error.value) == f"-:1: {message}"
 
 
 class _Zeros:

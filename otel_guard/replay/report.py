@@ -435,7 +435,8 @@ def unreadable(document: Mapping[str, Any]) -> str | None:
 @dataclass(frozen=True)
 class Verdict:
     """Whether a report may gate a rollout step: its exit status (0 when it may) and, for each
-    failed condition, one line saying which."""
+    failed condition, one line saying which (as data: file names and input text in it are not
+    escaped; :func:`printable` them to print)."""
 
     status: int
     reasons: tuple[str, ...]
@@ -461,7 +462,7 @@ def verdict(document: Mapping[str, Any], *, allow_empty: bool = False) -> Verdic
     failed: list[tuple[int, str]] = []
     if not is_complete(document):
         error = document.get("error")
-        failed.append((EXIT_INCOMPLETE, f"input stopped early: {printable(error or 'unknown')}"))
+        failed.append((EXIT_INCOMPLETE, f"input stopped early: {error or 'unknown'}"))
     violations = document.get("invariant_violations", 0)
     if violations:
         failed.append((EXIT_INVARIANTS, f"invariant violations: {violations}"))

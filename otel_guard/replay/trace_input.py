@@ -324,7 +324,7 @@ class Source:
                 if size > limit:
                     if number == 1:  # no frame read yet: say what the input is instead
                         what = _not_trace_input(header + content.peek(_SHOWN_BYTES), size)
-                        raise MalformedInput(path, None, what)
+                        raise MalformedInput(path, number, what)  # line 1, as for a bad line
                     raise MalformedInput(path, number, _too_long("frame", limit, size))
                 empty = empty + 1 if size == 0 else 0
                 if empty > MAX_EMPTY_FRAMES:
