@@ -177,6 +177,71 @@ def test_saved_work_counts_model_calls_and_their_tokens_after_the_stop_point() -
     ) in text
 
 
+def _inferred_loop(
+    harness: Harness, prompt_attributes: dict[str, Any], openinference: bool
+) -> None:
+    """An agent traced by its framework (no acp.* keys): a model call before each turn of 4
+    failing tools, 3 turns (tracked, would_warn, would_stop), then 2 model calls with usage."""
+    tracer = harness.tracer
+    prompt = tracer.start_span("agent", attributes=prompt_attributes)
+    outer = set_span_in_context(prompt)
+    step = tracer.start_span("step", context=outer)  # an intermediate span, ended early
+    inside = set_span_in_context(step)
+    model = (
+        {"openinference.span.kind": "LLM"} if openinference else {"gen_ai.operation.name": "chat"}
+    )
+    usage = "llm.token_count" if openinference else "gen_ai.usage"
+
+    def model_call(tokens: int) -> None:
+        attributes = {**model, "gen_ai.usage.input_tokens": tokens, "gen_ai.usage.output_tokens": 1}
+        if openinference:
+            attributes[f"{usage}.prompt"] = tokens
+        tracer.start_span("llm", context=inside, attributes=attributes).end()
+
+    for turn in range(3):
+        model_call(1000)
+        for index in range(4):
+            tool = tracer.start_span(
+                "tool",
+                context=inside,
+                attributes=(
+                    {"openinference.span.kind": "TOOL", "tool.name": "read_file"}
+                    if openinference
+                    else {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file"}
+                )
+                | {"error.type": "FileNotFoundError", "tool_call.id": f"c{turn}-{index}"},
+            )
+            tool.end()
+    model_call(200)  # after the stop point: saved
+    model_call(30)
+    step.end()
+    prompt.end()
+
+
+@pytest.mark.parametrize(
+    ("prompt_attributes", "openinference"),
+    [
+        ({"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv"}, False),
+        ({"gen_ai.operation.name": "invoke_agent"}, False),
+        ({"openinference.span.kind": "AGENT", "session.id": "session"}, True),
+    ],
+)
+def test_saved_work_counts_model_calls_of_inferred_prompts_after_the_stop_point(
+    prompt_attributes: dict[str, Any], openinference: bool
+) -> None:
+    # Inferred prompts are decided when they end, after their model calls have ended.
+    harness = Harness(mode="shadow")
+    _inferred_loop(harness, prompt_attributes, openinference)
+    report = replay(spans_of(harness))
+    assert report["decisions"]["would_stop"] == 1
+    assert report["saved"] == {
+        "tool_calls": 0,
+        "model_calls": 2,
+        "input_tokens": 230,
+        "output_tokens": 2,
+    }
+
+
 def test_counts_break_down_by_utc_day_of_the_batch() -> None:
     first = shifted(spans_of(record({"monday": LOOP})), NOV_30 + DAY - 10**9)
     second = shifted(spans_of(record({"tuesday": LOOP[:1]})), NOV_30 + DAY + 3600 * 10**9)

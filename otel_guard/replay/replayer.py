@@ -94,6 +94,9 @@ from otel_guard.replay.report import (
     render_text,
 )
 from otel_guard.spans import attributes as attr
+from otel_guard.spans.assembly import PROFILES
+from otel_guard.spans.events import bounded_id as guard_key
+from otel_guard.spans.openinference import PROFILE as OPENINFERENCE
 
 __all__ = [
     "DEFAULT_MAX_OPEN_TRACES",
@@ -166,6 +169,7 @@ class _PromptAudit:
         "recovered",
         "stop",
         "stop_ns",
+        "stop_span",
         "stop_tool",
         "trace_id",
         "unreliable",
@@ -183,6 +187,9 @@ class _PromptAudit:
         self.warn_kinds: set[str] = set()
         self.stop: dict[str, Any] | None = None  # the stop sample entry, once stopped
         self.stop_ns = 0
+        # The span that settled the stopped batch: for an inferred batch, the next model call,
+        # whose request a stop is there to prevent.
+        self.stop_span: int | None = None
         self.stop_tool: str | None = None
         self.recovered = False
         # The current streak's batches: (time, decision, failure count, calls).
@@ -358,6 +365,7 @@ class GuardReport:
             entry["batches"] = list(audit.history)
             audit.stop = entry
             audit.stop_ns = end_ns
+            audit.stop_span = None if span.context is None else span.context.span_id
             audit.stop_tool = None if state.key is None else state.key.policy_tool_name
             audit.history.clear()
             self.samples[f"{value}_prompts"].offer(entry)
@@ -365,12 +373,15 @@ class GuardReport:
                 counts[f"prompts_{value}"] += 1
 
     def observe_model_call(self, prompt_id: str, span: ReadableSpan) -> None:
-        """Count a model call of ``prompt_id`` as saved work if it started after a stop."""
+        """Count a model call of ``prompt_id`` as saved work if it started after a stop, or is
+        the model call that settled the stopped batch (sections 3b, 3c)."""
         audit = self._prompts.get(prompt_id)
         if audit is None or audit.stop is None:
             return
         start = span.start_time or 0
-        if start < audit.stop_ns:
+        if start < audit.stop_ns and (
+            span.context is None or span.context.span_id != audit.stop_span
+        ):
             return
         attributes = span.attributes or {}
         input_tokens = attributes.get(attr.USAGE_INPUT_TOKENS)
@@ -785,18 +796,20 @@ _PROMPT_DEPTH: Final = 64  # spans looked at, the model call included, for its p
 def _prompt_of(
     span: ReadableSpan, by_id: Mapping[int, _Buffered], above: dict[int, str | None]
 ) -> str | None:
-    """The prompt a model-call span belongs to: the nearest ancestor (or itself) naming one.
+    """The prompt whose saved work a model-call span counts for, as the guard named it.
 
+    The nearest of the span and its ancestors naming a section 3 prompt (``acp.prompt.id``);
+    else the outermost ancestor a profile reads as a prompt (sections 3b, 3c: the assembly's
+    prompt is the outermost), by its conversation or session ID, else its span ID. The walk
+    stops at a remote parent (the process's local root) and after :data:`_PROMPT_DEPTH` spans.
     ``above`` keeps, by parent span ID, what the walk from that parent found (within one
-    trace): the model calls of a turn share their parent, and each walks it with the same
-    depth left."""
+    trace): the model calls of a turn share their parent."""
+    own = _section_3_prompt(span)
+    if own is not None:
+        return own
     parent = span.parent
-    if (
-        parent is None
-        or prompt_key(span) is not None
-        or _attributes_of(span).get(attr.OPERATION_NAME) == attr.INVOKE_AGENT
-    ):
-        return _prompt_above(span, by_id, _PROMPT_DEPTH)  # no walk to share
+    if parent is None or parent.is_remote:
+        return None
     parent_id = parent.span_id
     if parent_id not in above:
         found = by_id.get(parent_id)
@@ -806,23 +819,35 @@ def _prompt_of(
     return above[parent_id]
 
 
+def _section_3_prompt(span: ReadableSpan) -> str | None:
+    prompt_id = _attributes_of(span).get(attr.PROMPT_ID)
+    return guard_key(prompt_id) if isinstance(prompt_id, str) else None
+
+
 def _prompt_above(span: ReadableSpan, by_id: Mapping[int, _Buffered], depth: int) -> str | None:
-    """The prompt of the nearest of ``span`` and its ancestors naming one, looking at ``depth``
-    spans at most."""
+    """:func:`_prompt_of` for ``span`` and its ancestors, looking at ``depth`` spans at most."""
     current = span
+    outermost: str | None = None
     for _ in range(depth):
-        key = prompt_key(current)
-        if key is not None:
-            return key
-        if _attributes_of(current).get(attr.OPERATION_NAME) == attr.INVOKE_AGENT:
-            context = current.context
-            return None if context is None else f"{context.span_id:016x}"
+        attributes = _attributes_of(current)
+        key = attributes.get(attr.PROMPT_ID)
+        if isinstance(key, str):
+            return guard_key(key)
         parent = current.parent
-        found = None if parent is None else by_id.get(parent.span_id)
+        local_root = parent is None or parent.is_remote
+        for profile in PROFILES:
+            claim = profile.read(current, attributes, local_root)
+            if claim is not None:
+                if claim.kind == "prompt" and current.context is not None:
+                    outermost = guard_key(claim.prompt_id or f"{current.context.span_id:016x}")
+                break
+        if parent is None or local_root:
+            return outermost
+        found = by_id.get(parent.span_id)
         if found is None:
-            return None
+            return outermost
         current = found[0]
-    return None
+    return outermost
 
 
 _NONE_SENT: Final[Iterator[Any]] = iter(())
@@ -893,6 +918,7 @@ class Replayer:
         # Most spans name neither ID: bound_ids is called only for those that do.
         prompt_id, conversation_id = attr.PROMPT_ID, attr.CONVERSATION_ID
         operation_name, model_operations = attr.OPERATION_NAME, attr.MODEL_OPERATIONS
+        span_kind, openinference_model_call = attr.OPENINFERENCE_SPAN_KIND, OPENINFERENCE.model_call
         # Whether the guard's on_start can matter, the keys' test written out: once per span.
         start_keys, start_values = _START_KEYS, _START_VALUES
         try:
@@ -939,7 +965,9 @@ class Replayer:
                     attributes: Mapping[str, Any] = store
                 else:
                     attributes = _attributes_of(span)
-                if attributes.get(operation_name) in model_operations:
+                if attributes.get(operation_name) in model_operations or (
+                    span_kind in attributes and openinference_model_call(attributes)
+                ):
                     trace.model_calls.append(span)
                 parent = span._parent
                 buffered[key] = (
@@ -1087,27 +1115,28 @@ class Replayer:
             report.count_spans(duplicate, 1, start)
         by_id = trace.spans
         events = _events(list(by_id.values()), by_id)
-        model_calls: dict[int, str] = {}
+        model_calls: list[tuple[ReadableSpan, str]] = []
         above: dict[int, str | None] = {}
         for record in trace.model_calls:
             prompt = _prompt_of(record, by_id, above)
             if prompt is not None:
-                model_calls[id(record)] = prompt
+                model_calls.append((record, prompt))
         for pipeline in self._pipelines:
             # on_start reads only what a ReadableSpan has: context, parent and attributes.
             on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
             on_end = pipeline.guard.on_end
-            observe_model_call = pipeline.report.observe_model_call
             for time_ns, is_end, _, _, span in events:
                 pipeline.now_ns = time_ns
                 if is_end:
                     on_end(span)
-                    if model_calls:
-                        prompt = model_calls.get(id(span))
-                        if prompt is not None:
-                            observe_model_call(prompt, span)
                 else:
                     on_start(span)
+            # Counted once the trace is replayed: an inferred prompt (sections 3b, 3c) is
+            # decided when it ends, after its model calls; a section 3 prompt's stop, decided
+            # before a model call that started after it, counts the same either way.
+            observe_model_call = pipeline.report.observe_model_call
+            for record, prompt in model_calls:
+                observe_model_call(prompt, record)
 
 
 _UNPLACED: Final = (0, -1)  # where a span without a context goes
