@@ -7,10 +7,14 @@ every case; the first that applies, in this order):
 * 2 -- usage error (bad flag, a missing extra);
 * 1 -- an input could not be read whole: unreadable, malformed or truncated (the one-line
   message ``FILE:LINE: what`` goes to stderr), or, for ``merge``, a report of such a replay or
-  a report that is not a valid replay report;
+  a report that cannot be read or is not a valid replay report (the others are merged);
+* 6 -- ``merge`` only: a report was left out, the others merged: replayed with another mode or
+  other constants than the first, or given twice (the same file, a copy, or a report already
+  inside a merged report given);
 * 5 -- an invariant was violated;
 * 3 -- no span was read;
 * 4 -- spans were read, but no prompt the guard can read (not in mode ``off``);
+* 7 -- the report passed, but the ``--html`` file could not be written;
 * 0 -- otherwise. ``--allow-empty`` turns 3 and 4 into 0.
 """
 
@@ -25,7 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any, Final
 
 from otel_guard.reducer import BATCH_THRESHOLD, THRESHOLD, parse_mode
@@ -42,12 +46,15 @@ from otel_guard.replay.report import (
     DAY_LIMIT,
     EXIT_INCOMPLETE,
     EXIT_NO_SPANS,
+    EXIT_NOT_WRITTEN,
     GROUP_LIMIT,
     TIMELINE_LIMIT,
-    ReportMismatch,
+    is_complete,
     merge_reports,
     printable,
     render_text,
+    report_parts,
+    sweeps_match,
     unreadable,
     verdict,
 )
@@ -105,8 +112,8 @@ def _parser() -> argparse.ArgumentParser:
         "(zstd needs the zstd extra before Python 3.14); '-' reads standard input. "
         "Exit status: 0 when every input was read whole, a guard-readable prompt was found and "
         "no invariant was violated; 1 input stopped early, 3 no spans, 4 no guard-readable "
-        "prompt, 5 an invariant violated, 2 usage, 130 interrupted. The report is printed in "
-        "every case.",
+        "prompt, 5 an invariant violated, 7 the --html file could not be written, 2 usage, "
+        "130 interrupted. The report is printed in every case.",
     )
     replay.add_argument("--mode", type=_mode, default="shadow", metavar="MODE", help=_MODE_HELP)
     replay.add_argument(
@@ -163,9 +170,13 @@ def _parser() -> argparse.ArgumentParser:
         help="merge JSON replay reports of shards into one",
         description="Merge reports written by 'otel-guard replay --format json' for disjoint "
         "shards of the prompts (for example, replays of different days or hosts) into the "
-        "report one replay of everything would give. Exit status as for replay, of the "
-        "merged report: 1 also when a report is not a valid replay report, or comes from a "
-        "replay whose input stopped early.",
+        "report one replay of everything would give. A report that cannot be merged is left "
+        "out and named, and the others are merged and printed. Exit status as for replay, of "
+        "the merged report: 1 also when a report cannot be read, is not a valid replay report, "
+        "or comes from a replay whose input stopped early; 6 when a report was left out: "
+        "replayed with another mode or other constants, or given twice (the same file, a copy, "
+        "or a report already inside a merged one). Reports whose what-if sweeps differ merge "
+        "without a sweep.",
     )
     merge.add_argument(
         "--format", choices=("text", "json"), default="json", help="report format (default json)"
@@ -376,8 +387,13 @@ def _output(document: dict[str, Any], output_format: str, html: str | None, stat
             with open(html, "w", encoding="utf-8") as stream:
                 stream.write(render_html(document))
         except OSError as error:
-            _warn(f"{html}: cannot write ({error.strerror or error})")
-            status = status or EXIT_INPUT
+            # Its own status: the judged input was fine, and 1 would say it was not read whole.
+            message = f"{html}: cannot write ({error.strerror or error})"
+            _warn(message)
+            status = status or EXIT_NOT_WRITTEN
+            gate = document.setdefault("verdict", {"status": 0, "reasons": []})
+            gate["status"] = status
+            gate["reasons"] = [*gate.get("reasons", []), f"HTML report not written: {message}"]
     try:
         if output_format == "json":
             print(json.dumps(document, indent=2))
@@ -405,30 +421,78 @@ def _silence_stdout() -> None:
         pass
 
 
+_SETTINGS: Final = ("mode", "threshold", "batch_threshold")
+
+
 def _merge(paths: Sequence[str], output_format: str, html: str | None, allow_empty: bool) -> int:
+    """Merge the reports that can be merged and print the result; each report that cannot is
+    named on stderr and in the merged report (``error`` or ``left_out``), and sets the status."""
     from otel_guard.replay.report_schema import InvalidReport, load_report
 
-    documents = []
+    documents: list[dict[str, Any]] = []
+    kept: list[str] = []
+    unread: list[str] = []
+    left_out: list[dict[str, str]] = []
+    owner: dict[str, str] = {}  # identity of a replay report -> the path that gave it
     for path in paths:
         try:
-            documents.append(load_report(path))
+            document = load_report(path)
         except OSError as error:
-            _warn(f"{path}: cannot read ({error.strerror or error})")
-            return EXIT_INPUT
+            unread.append(f"{path}: cannot read ({error.strerror or error})")
+            continue
         except InvalidReport as error:
-            _warn(f"{path}: {error}")
-            return EXIT_INPUT
-    try:
-        merged = merge_reports(documents)
-    except ReportMismatch as error:
-        print(f"cannot merge: {error}", file=sys.stderr)
-        return EXIT_INPUT
-    if not merged.get("complete", True):
-        for path, document in zip(paths, documents, strict=True):
-            if document.get("error") or document.get("complete") is False:
-                shown = document.get("error") or "input stopped early"
-                _warn(f"{path}: a replay whose input stopped early: {shown}")
+            unread.append(f"{path}: {error}")
+            continue
+        reason = _cannot_join(document, documents[0] if documents else None, owner)
+        if reason is not None:
+            left_out.append({"report": path, "reason": reason})
+            continue
+        owner.update(dict.fromkeys(report_parts(document), path))
+        documents.append(document)
+        kept.append(path)
+    for message in unread:
+        _warn(message)
+    for entry in left_out:
+        _warn(f"{entry['report']}: left out of the merge: {entry['reason']}")
+    merged = merge_reports(documents or [dict.fromkeys(_SETTINGS)])
+    for path, document in zip(kept, documents, strict=True):
+        if not is_complete(document):
+            shown = document.get("error") or "input stopped early"
+            _warn(f"{path}: a replay whose input stopped early: {shown}")
+    if documents and not sweeps_match(documents):
+        _warn(
+            "the reports' what-if sweeps differ (thresholds, or a sweep in some only): "
+            "the merged report has none"
+        )
+    merged.setdefault("files", [])
+    # What the merge adds up, so that a later merge given one of these again can tell.
+    merged["parts"] = [part for document in documents for part in report_parts(document)]
+    if unread:
+        merged["error"] = "; ".join(filter(None, [merged.get("error"), *unread]))
+        merged["complete"] = False
+    if left_out:
+        merged["left_out"] = [*merged.get("left_out", []), *left_out]
     return _output(merged, output_format, html, _gate(merged, allow_empty, ", ".join(paths)))
+
+
+def _cannot_join(
+    document: Mapping[str, Any], first: Mapping[str, Any] | None, owner: Mapping[str, str]
+) -> str | None:
+    """Why ``document`` cannot join a merge that took ``first`` (and the reports whose
+    identities ``owner`` maps to their paths), or ``None``."""
+    if first is not None:
+        for key in _SETTINGS:
+            if document.get(key) != first.get(key):
+                return f"replayed with {key} {document.get(key)!r}, the others {first.get(key)!r}"
+    if not document.get("spans"):
+        return None  # adds nothing, whether given once or twice
+    for part in report_parts(document):
+        if part in owner:
+            return (
+                f"the same replay as {owner[part]} (given twice, a copy, or part of a merge):"
+                " it would be counted twice"
+            )
+    return None
 
 
 class _Progress:

@@ -134,6 +134,7 @@ def test_the_help_lists_the_modes_the_input_formats_and_the_exit_statuses(
     for word in ("zstd", "proto", "'-' reads standard input", "off, shadow", "warn", "enforce"):
         assert word in text
     assert "3 no spans" in text and "5 an invariant violated" in text
+    assert "7 the --html file could not be written" in text
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     assert "off, shadow (count only), warn" in " ".join(capsys.readouterr().out.split())
@@ -188,8 +189,11 @@ def test_merge_refuses_a_forged_report_in_one_line(
     if message is None:  # a change that keeps the report valid
         assert code == 0, err
         return
-    assert (code, out) == (1, "")
+    assert code == 1
     assert err.startswith(f"{path}: {message}") and err.count("\n") == 1, err
+    empty = json.loads(out)  # the merge of what could be read: nothing
+    assert (empty["spans"], empty["complete"]) == (0, False)
+    assert empty["error"] == err.rstrip("\n")
 
 
 def test_merge_refuses_nan_and_infinity(
@@ -223,7 +227,7 @@ def test_merge_refuses_more_days_than_a_replay_keeps(
         f"{1000 + i // 372:04d}-{1 + i // 31 % 12:02d}-{1 + i % 31:02d}": {} for i in range(200_000)
     }
     code, out, err = _run(capsys, "merge", _write(tmp_path / "days.json", report))
-    assert (code, out) == (1, "")
+    assert code == 1 and json.loads(out)["verdict"]["status"] == 1
     assert err.endswith(": by_day: more than 3,661 days\n")
 
 
@@ -266,4 +270,103 @@ def test_merge_refuses_a_report_larger_than_the_limit_before_decoding_it(
     report["padding"] = "x" * (1 << 20)
     path = _write(tmp_path / "big.json", report)
     code, out, err = _run(capsys, "merge", path)
-    assert (code, out, err) == (1, "", f"{path}: larger than 1 MiB, the limit of a report\n")
+    assert (code, err) == (1, f"{path}: larger than 1 MiB, the limit of a report\n")
+    assert json.loads(out)["complete"] is False
+
+
+# -- merge prints what it could merge, and refuses what would be counted twice -----------------
+
+
+def test_merge_with_a_report_that_is_not_one_prints_the_merge_of_the_others_with_status_1(
+    report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _write(tmp_path / "good.json", report)
+    bad = _write(tmp_path / "bad.json", {"spans": 3})
+    code, out, err = _run(capsys, "merge", good, bad)
+    assert code == 1
+    assert err == f"{bad}: not a replay report (no decisions)\n"
+    merged = json.loads(out)
+    assert (merged["spans"], merged["prompts"]) == (report["spans"], report["prompts"])
+    assert (merged["complete"], merged["error"]) == (False, err.rstrip("\n"))
+    assert merged["verdict"]["status"] == 1
+
+
+def test_merge_leaves_out_a_report_of_another_mode_merges_the_rest_and_exits_6(
+    report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _write(tmp_path / "shadow.json", report)
+    code, out, _ = _run(capsys, "replay", "--mode", "enforce", "--format", "json", str(DEMO))
+    enforce = _write(tmp_path / "enforce.json", json.loads(out))
+    code, out, err = _run(capsys, "merge", "--format", "text", good, enforce)
+    assert code == 6
+    reason = f"{enforce}: replayed with mode 'enforce', the others 'shadow'"
+    assert err == f"{enforce}: left out of the merge: {reason.split(': ', 1)[1]}\n"
+    assert out.startswith(f"verdict: FAIL, exit 6 (left out of the merge: {reason});")
+    assert f"spans {report['spans']}  prompts {report['prompts']}" in out
+
+
+@pytest.mark.parametrize("given", ["same path", "copy", "reindented", "inside a merge"])
+def test_merge_refuses_a_report_given_twice_instead_of_counting_it_twice(
+    given: str, report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _write(tmp_path / "a.json", report)
+    if given == "same path":
+        second = first
+    elif given == "copy":
+        second = tmp_path / "b.json"
+        second.write_bytes(Path(first).read_bytes())
+    elif given == "reindented":
+        second = tmp_path / "b.json"
+        second.write_text(json.dumps(report, indent=1, sort_keys=True), encoding="utf-8")
+    else:
+        code, out, _ = _run(capsys, "merge", first)
+        assert code == 0
+        second = _write(tmp_path / "merged.json", json.loads(out))
+    code, out, err = _run(capsys, "merge", first, str(second))
+    assert code == 6
+    assert err == (
+        f"{second}: left out of the merge: the same replay as {first} (given twice, a copy, or"
+        " part of a merge): it would be counted twice\n"
+    )
+    merged = json.loads(out)
+    assert (merged["spans"], merged["prompts"]) == (report["spans"], report["prompts"])
+    assert merged["verdict"]["status"] == 6
+    assert merged["left_out"] == [{"report": str(second), "reason": err.split(": ", 2)[2][:-1]}]
+    # The merged report stays mergeable, and remembers what it holds.
+    again = _write(tmp_path / "again.json", merged)
+    assert _run(capsys, "merge", again, first)[0] == 6
+
+
+def test_merge_of_reports_with_and_without_a_sweep_drops_the_sweep_and_says_so(
+    report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = _write(tmp_path / "plain.json", report)
+    half = tmp_path / "half.jsonl"
+    half.write_text(DEMO.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    code, out, _ = _run(capsys, "replay", "--sweep", "--format", "json", str(half))
+    swept = _write(tmp_path / "swept.json", json.loads(out))
+    code, out, err = _run(capsys, "merge", plain, swept)
+    assert code == 0
+    assert err == (
+        "the reports' what-if sweeps differ (thresholds, or a sweep in some only):"
+        " the merged report has none\n"
+    )
+    assert "sweep" not in json.loads(out)
+
+
+def test_an_html_file_that_cannot_be_written_exits_7_not_the_status_of_a_cut_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    page = tmp_path / "missing-folder" / "report.html"
+    code, out, err = _run(capsys, "replay", "--format", "json", "--html", str(page), str(DEMO))
+    assert code == 7
+    assert err == f"{page}: cannot write (No such file or directory)\n"
+    report = json.loads(out)
+    assert report["complete"] is True
+    assert report["verdict"] == {
+        "status": 7,
+        "reasons": [f"HTML report not written: {page}: cannot write (No such file or directory)"],
+    }
+    code, out, _ = _run(capsys, "replay", "--html", str(page), str(DEMO))
+    assert code == 7 and out.startswith("verdict: FAIL, exit 7 (HTML report not written: ")

@@ -108,6 +108,7 @@ def test_merge_command_combines_shard_reports_written_elsewhere(
     assert main(["merge", *paths]) == 0
     merged = json.loads(capsys.readouterr().out)
     assert merged.pop("files") == [str(prompts_file)] * 2
+    assert len(set(merged.pop("parts"))) == 2  # what the merge adds up, one per shard
     assert {k: v for k, v in merged.items()} == {k: v for k, v in whole.items() if k != "files"}
     assert main(["merge", "--format", "text", *paths]) == 0
     assert "invariant violations: 0" in capsys.readouterr().out
@@ -122,9 +123,9 @@ def test_merge_refuses_reports_of_other_modes_or_constants(
     enforce.write_text(
         json.dumps(replay_json(capsys, "--mode", "enforce", str(prompts_file))), encoding="utf-8"
     )
-    assert main(["merge", str(shadow), str(enforce)]) == 1
-    assert (
-        capsys.readouterr().err == "cannot merge: reports differ in mode: 'shadow' and 'enforce'\n"
+    assert main(["merge", str(shadow), str(enforce)]) == 6  # left out; the rest merged
+    assert capsys.readouterr().err == (
+        f"{enforce}: left out of the merge: replayed with mode 'enforce', the others 'shadow'\n"
     )
     broken = tmp_path / "broken.json"
     broken.write_text("{", encoding="utf-8")

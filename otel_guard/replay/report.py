@@ -16,6 +16,8 @@ terminal control sequences.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,6 +36,8 @@ __all__ = [
     "DAY_LIMIT",
     "EXIT_INCOMPLETE",
     "EXIT_INVARIANTS",
+    "EXIT_LEFT_OUT",
+    "EXIT_NOT_WRITTEN",
     "EXIT_NO_PROMPTS",
     "EXIT_NO_SPANS",
     "GENAI_SEEN",
@@ -57,6 +61,9 @@ __all__ = [
     "merge_reports",
     "printable",
     "render_text",
+    "report_identity",
+    "report_parts",
+    "sweeps_match",
     "unreadable",
     "verdict",
     "verdict_line",
@@ -137,6 +144,15 @@ EXIT_NO_PROMPTS: Final = 4
 EXIT_INVARIANTS: Final = 5
 """Exit status: at least one required invariant was violated."""
 
+EXIT_LEFT_OUT: Final = 6
+"""Exit status of ``merge``: a report was left out of the merge, the others merged: it was
+replayed with another mode or other constants, or it was given twice (itself, a copy, or a
+report merged into another one given)."""
+
+EXIT_NOT_WRITTEN: Final = 7
+"""Exit status: the report was judged to pass, but a file it was to be written to (``--html``)
+could not be written."""
+
 
 class ReportMismatch(ValueError):
     """Reports that cannot be merged: replayed with another mode or other constants."""
@@ -202,9 +218,43 @@ def _sample_order(entry: Mapping[str, Any]) -> tuple[int, str]:
     return (int(entry.get("time_unix_nano", 0)), str(entry.get("prompt_id", "")))
 
 
+_NOT_IDENTITY: Final = frozenset({"verdict", "parts", "left_out"})
+
+
+def report_identity(document: Mapping[str, Any]) -> str:
+    """What tells a report apart: the SHA-256 of its content, written canonically (key order and
+    spacing do not count, nor its ``verdict``, which depends on how it was judged). Two replays
+    of the same input with the same options have the same identity; shards of one input do not.
+    """
+    content = {key: value for key, value in document.items() if key not in _NOT_IDENTITY}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def report_parts(document: Mapping[str, Any]) -> list[str]:
+    """The identities of the replay reports a report adds up: its ``parts`` when it is the
+    output of ``otel-guard merge`` (which lists them there), else its own identity."""
+    parts = document.get("parts")
+    return list(parts) if parts else [report_identity(document)]
+
+
+def _sweep_rows(document: Mapping[str, Any]) -> tuple[tuple[int, int], ...] | None:
+    sweep = document.get("sweep")
+    if sweep is None:
+        return None
+    return tuple(sorted((int(row["threshold"]), int(row["batch_threshold"])) for row in sweep))
+
+
+def sweeps_match(documents: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the reports all have a sweep of the same thresholds, or none has one: only then
+    does the merged report have a sweep (of one shard, it would pass for the whole)."""
+    return len({_sweep_rows(document) for document in documents}) <= 1
+
+
 def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One report from reports of disjoint shards of prompts (see the module docstring).
 
+    It has a ``sweep`` only when every report has one of the same thresholds (:func:`sweeps_match`).
     Raises :class:`ReportMismatch` when the reports were replayed with different modes or
     constants, or when there is nothing to merge.
     """
@@ -255,13 +305,16 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["by_day"] = _merge_days(documents)
     merged["timeline"] = _merge_timeline(documents)
     sweeps = [document["sweep"] for document in documents if document.get("sweep") is not None]
-    if sweeps:
+    if sweeps and sweeps_match(documents):
         merged["sweep"] = _merge_sweeps(sweeps)
     if any("files" in document for document in documents):
         merged["files"] = [path for document in documents for path in document.get("files", [])]
         errors = [document["error"] for document in documents if document.get("error")]
         merged["error"] = "; ".join(dict.fromkeys(errors)) if errors else None
         merged["complete"] = all(is_complete(document) for document in documents)
+    left_out = [entry for document in documents for entry in document.get("left_out", [])]
+    if left_out:
+        merged["left_out"] = left_out
     return merged
 
 
@@ -458,11 +511,16 @@ def is_complete(document: Mapping[str, Any]) -> bool:
 def verdict(document: Mapping[str, Any], *, allow_empty: bool = False) -> Verdict:
     """The gate of ``docs/contract.md`` section 7: the exit status of a replay or merge of this
     report. Several failures give the status of the first in the order incomplete input,
-    invariant violations, no spans, no prompts; ``allow_empty`` accepts the last two."""
+    reports left out of a merge, invariant violations, no spans, no prompts; ``allow_empty``
+    accepts the last two."""
     failed: list[tuple[int, str]] = []
     if not is_complete(document):
         error = document.get("error")
         failed.append((EXIT_INCOMPLETE, f"input stopped early: {error or 'unknown'}"))
+    left_out = document.get("left_out")
+    if left_out:
+        shown = "; ".join(f"{entry.get('report')}: {entry.get('reason')}" for entry in left_out)
+        failed.append((EXIT_LEFT_OUT, f"left out of the merge: {shown}"))
     violations = document.get("invariant_violations", 0)
     if violations:
         failed.append((EXIT_INVARIANTS, f"invariant violations: {violations}"))

@@ -51,6 +51,7 @@ _FILE_LIMIT: Final = 1 << 20
 _SWEEP_LIMIT: Final = 1000
 _DAY: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
 _HOUR: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:00Z")
+_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 
 
 class InvalidReport(ValueError):
@@ -150,6 +151,14 @@ def validate_report(document: object) -> None:
         raise InvalidReport("error: expected a message or null")
     if "complete" in report and not isinstance(report["complete"], bool):
         raise InvalidReport("complete: expected true or false")
+    for part in _list(report.get("parts", []), "parts", _FILE_LIMIT):
+        if not isinstance(part, str) or not _DIGEST.fullmatch(part):
+            raise InvalidReport("parts: expected report identities (64 hex digits)")
+    for index, entry in enumerate(_list(report.get("left_out", []), "left_out", _FILE_LIMIT)):
+        where = f"left_out[{index}]"
+        _object(entry, where)
+        _text(entry.get("report"), f"{where}.report")
+        _text(entry.get("reason"), f"{where}.reason")
 
 
 def _object(value: object, where: str) -> dict[str, Any]:
