@@ -13,7 +13,8 @@ every case; the first that applies, in this order):
   inside a merged report given);
 * 5 -- an invariant was violated;
 * 3 -- no span was read;
-* 4 -- spans were read, but no prompt the guard can read (not in mode ``off``);
+* 4 -- spans were read, but no prompt the guard can read (in mode ``off``, where the guard reads
+  none, a shadow replay beside it looks for one until it finds it: ``readable_prompt``);
 * 7 -- the report passed, but the ``--html`` file could not be written;
 * 0 -- otherwise. ``--allow-empty`` turns 3 and 4 into 0.
 """
@@ -31,6 +32,8 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any, Final
+
+from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_guard.reducer import BATCH_THRESHOLD, THRESHOLD, parse_mode
 from otel_guard.replay.reader import MalformedInput, TraceReader
@@ -58,6 +61,8 @@ from otel_guard.replay.report import (
     unreadable,
     verdict,
 )
+from otel_guard.spans.acp import opted_out
+from otel_guard.spans.attributes import PROMPT_ID
 from otel_guard.version import __version__
 
 __all__ = ["main"]
@@ -276,7 +281,7 @@ def _replay(args: argparse.Namespace) -> int:
     with _bulk_collection():
         if args.jobs > 1:
             try:
-                document, error, interrupted = _replay_sharded(
+                document, error, interrupted, census = _replay_sharded(
                     args.mode, options, args.files, args.jobs
                 )
             except KeyboardInterrupt:
@@ -284,7 +289,7 @@ def _replay(args: argparse.Namespace) -> int:
                 print("interrupted", file=sys.stderr)
                 return EXIT_INTERRUPTED
         else:
-            document, error, interrupted = _replay_files(args.mode, options, args.files)
+            document, error, interrupted, census = _replay_files(args.mode, options, args.files)
     if interrupted:
         error = "interrupted"
     if error is not None:
@@ -292,8 +297,10 @@ def _replay(args: argparse.Namespace) -> int:
     document["files"] = list(args.files)
     document["error"] = error
     document["complete"] = error is None
+    if args.mode == "off":
+        document["readable_prompt"] = census.found
     _print_bounds(document)
-    missing = unreadable(document)
+    missing = unreadable(document, opted_out=len(census.opted_out), seen=census.seen)
     if missing is not None:
         shown = ", ".join(args.files)
         _warn(f"{shown}: {document['spans']} spans, no prompt the guard can read: {missing}")
@@ -317,11 +324,64 @@ def _gate(document: dict[str, Any], allow_empty: bool, inputs: str) -> int:
     return result.status
 
 
+class _PromptCensus:
+    """What the input says of its prompts, for the gate when the replay counted none: whether a
+    shadow replay beside a replay in mode ``off`` (whose guard reads nothing) finds a prompt,
+    and the prompts named by spans that opt them out. It looks only until a prompt is found."""
+
+    _OPTED_OUT_LIMIT: Final = 10_000
+
+    def __init__(self, mode: str, options: Mapping[str, Any]) -> None:
+        self.probe: Replayer | None = None
+        if mode == "off":
+            self.probe = Replayer(
+                "shadow", threshold=options["threshold"], batch_threshold=options["batch_threshold"]
+            )
+        self.found = False
+        self.opted_out: set[str] = set()
+        self.seen: Mapping[str, int] | None = None
+        """In mode off, what the shadow replay's GenAI profile saw (the replay's own sees none)."""
+
+    def add(self, spans: Sequence[Any], replayer: Replayer | None = None) -> None:
+        for span in spans:
+            if isinstance(span, ReadableSpan) and len(self.opted_out) < self._OPTED_OUT_LIMIT:
+                attributes = span.attributes or {}
+                prompt = attributes.get(PROMPT_ID)
+                if isinstance(prompt, str) and opted_out(attributes):
+                    self.opted_out.add(prompt)
+        if self.probe is not None:
+            self.probe.add(spans)
+            self.found = bool(self.probe.report.total["prompts"])
+        elif replayer is not None:
+            self.found = bool(replayer.report.total["prompts"])
+
+    def finish(self) -> None:
+        if self.probe is not None and not self.found:
+            report = self.probe.finish()
+            self.found = bool(report.total["prompts"])
+            if not self.found:
+                self.seen = dict(report.genai_seen)
+        self.probe = None
+
+    def read(self, files: Sequence[str]) -> None:
+        """Look through the input again (after a replay in several processes)."""
+        try:
+            for line in TraceReader(files):
+                self.add(line.spans)
+                if self.found:
+                    break
+        except MalformedInput:
+            pass  # the replay said so already
+        self.finish()
+
+
 def _replay_files(
     mode: str, options: dict[str, Any], files: Sequence[str]
-) -> tuple[dict[str, Any], str | None, bool]:
+) -> tuple[dict[str, Any], str | None, bool, _PromptCensus]:
     reader = TraceReader(files)
     replayer = Replayer(mode, **options)
+    done = _PromptCensus(mode, options)
+    census: _PromptCensus | None = done
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
     error: str | None = None
     interrupted = False
@@ -329,6 +389,10 @@ def _replay_files(
     try:
         for line in reader:
             replayer.add(line.spans)
+            if census is not None:
+                census.add(line.spans, replayer)
+                if census.found:
+                    census = None  # a prompt was found: nothing more to look for
             spans += len(line.spans)
             if progress is not None:
                 progress.update(reader.bytes_read, reader.total_bytes, spans)
@@ -341,22 +405,33 @@ def _replay_files(
         if progress is not None:
             progress.clear()
     replayer.report.skipped.update(reader.skipped)
-    return replayer.finish().to_json(), error, interrupted
+    document = replayer.finish().to_json()
+    if census is not None and not interrupted:
+        census.finish()
+    done.found = done.found or bool(document["prompts"])
+    return document, error, interrupted, done
 
 
 def _replay_sharded(
     mode: str, options: dict[str, Any], files: Sequence[str], jobs: int
-) -> tuple[dict[str, Any], str | None, bool]:
+) -> tuple[dict[str, Any], str | None, bool, _PromptCensus]:
     from otel_guard.replay.shards import replay_sharded
 
+    census = _PromptCensus(mode, options)
     if "-" not in files:
-        return replay_sharded(files, mode, options, jobs)
+        document, error, interrupted = replay_sharded(files, mode, options, jobs)
+        if not interrupted and (mode == "off" or not document["prompts"]) and document["spans"]:
+            census.read(files)
+        return document, error, interrupted, census
     # Every process reads all input: standard input is read once, into a file they share.
     with tempfile.NamedTemporaryFile(prefix="otel-guard-stdin-") as spool:
         shutil.copyfileobj(sys.stdin.buffer, spool)
         spool.flush()
         named = [spool.name if path == "-" else path for path in files]
-        return replay_sharded(named, mode, options, jobs)
+        document, error, interrupted = replay_sharded(named, mode, options, jobs)
+        if not interrupted and (mode == "off" or not document["prompts"]) and document["spans"]:
+            census.read(named)
+        return document, error, interrupted, census
 
 
 _BOUND_VALUES = {

@@ -370,3 +370,83 @@ def test_an_html_file_that_cannot_be_written_exits_7_not_the_status_of_a_cut_inp
     }
     code, out, _ = _run(capsys, "replay", "--html", str(page), str(DEMO))
     assert code == 7 and out.startswith("verdict: FAIL, exit 7 (HTML report not written: ")
+
+
+# -- no guard-readable prompt, whatever the mode ---------------------------------------------------
+
+
+def _opted_out_copy(path: Path) -> Path:
+    """The demo's traces with every prompt marked a channel prompt: the guard guards none."""
+    lines = []
+    for line in DEMO.read_text(encoding="utf-8").splitlines():
+        request = json.loads(line)
+        for block in request["resourceSpans"]:
+            for scope in block["scopeSpans"]:
+                for span in scope["spans"]:
+                    keys = {entry["key"] for entry in span.get("attributes", [])}
+                    if "acp.prompt.id" in keys:
+                        span["attributes"].append(
+                            {"key": "acp.prompt.channel", "value": {"boolValue": True}}
+                        )
+        lines.append(json.dumps(request))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _no_prompt_file(path: Path) -> Path:
+    span = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "GET /health",
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "2",
+    }
+    request = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    path.write_text(json.dumps(request) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_mode_off_fails_with_status_4_on_a_file_without_a_prompt_and_passes_on_one_with(
+    jobs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = _no_prompt_file(tmp_path / "health.jsonl")
+    argv = ("replay", "--mode", "off", "--jobs", jobs, "--format", "json")
+    code, out, err = _run(capsys, *argv, str(empty))
+    assert code == 4
+    report = json.loads(out)
+    assert (report["prompts"], report["readable_prompt"]) == (0, False)
+    assert report["verdict"] == {"status": 4, "reasons": ["no prompt the guard can read"]}
+    assert err.startswith(f"{empty}: 1 spans, no prompt the guard can read: no span carries ")
+    code, out, err = _run(capsys, *argv, str(DEMO))
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert (report["prompts"], report["readable_prompt"]) == (0, True)  # the guard is off
+    path = _write(tmp_path / "off.json", report)
+    assert _run(capsys, "merge", path)[0] == 0
+
+
+@pytest.mark.parametrize("mode", ["shadow", "off"])
+def test_a_file_whose_prompts_are_all_opted_out_says_so_not_that_attributes_are_missing(
+    mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _opted_out_copy(tmp_path / "channels.jsonl")
+    code, out, err = _run(capsys, "replay", "--mode", mode, "--format", "json", str(path))
+    assert code == 4
+    named = len(
+        {
+            entry["value"]["stringValue"]
+            for line in path.read_text(encoding="utf-8").splitlines()
+            for block in json.loads(line)["resourceSpans"]
+            for scope in block["scopeSpans"]
+            for span in scope["spans"]
+            for entry in span.get("attributes", [])
+            if entry["key"] == "acp.prompt.id"
+        }
+    )
+    spans = json.loads(out)["spans"]
+    assert err == (
+        f"{path}: {spans} spans, no prompt the guard can read: the {named} prompt(s) named"
+        " (acp.prompt.id) are all opted out of the guard (acp.prompt.route other than"
+        " interactive, or acp.prompt.channel true)\n"
+    )

@@ -312,6 +312,8 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         errors = [document["error"] for document in documents if document.get("error")]
         merged["error"] = "; ".join(dict.fromkeys(errors)) if errors else None
         merged["complete"] = all(is_complete(document) for document in documents)
+    if any("readable_prompt" in document for document in documents):
+        merged["readable_prompt"] = any(d.get("readable_prompt", True) for d in documents)
     left_out = [entry for document in documents for entry in document.get("left_out", [])]
     if left_out:
         merged["left_out"] = left_out
@@ -463,11 +465,23 @@ def _sweep_lines(sweep: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def unreadable(document: Mapping[str, Any]) -> str | None:
-    """Why spans were read but no prompt was, naming the missing attributes; else ``None``."""
-    if not document.get("spans") or document.get("prompts") or document.get("mode") == "off":
-        return None  # in mode off the guard reads nothing by design
-    seen = document.get("genai_seen", {})
+def unreadable(
+    document: Mapping[str, Any], *, opted_out: int = 0, seen: Mapping[str, int] | None = None
+) -> str | None:
+    """Why spans were read but no prompt was, naming the missing attributes; else ``None``.
+
+    ``opted_out`` counts the prompts the input names but opts out of the guard (their routes
+    or channels); ``seen`` replaces the report's ``genai_seen`` (in mode ``off``, where the
+    guard sees nothing, what a shadow replay saw)."""
+    if not document.get("spans") or not _no_prompt(document):
+        return None
+    if opted_out:
+        return (
+            f"the {opted_out} prompt(s) named (acp.prompt.id) are all opted out of the guard "
+            "(acp.prompt.route other than interactive, or acp.prompt.channel true)"
+        )
+    if seen is None:
+        seen = document.get("genai_seen", {})
     if seen.get("prompts") and not seen.get("tool_calls"):
         return (
             f"{seen['prompts']} invoke_agent span(s) but no tool-call span below them: missing "
@@ -499,6 +513,15 @@ class Verdict:
         return self.status == 0
 
 
+def _no_prompt(document: Mapping[str, Any]) -> bool:
+    """Whether no prompt the guard can read was found. In mode ``off`` the guard reads none by
+    design: ``readable_prompt`` says whether a shadow replay beside it found one (reports of
+    older versions, without it, are taken to have one)."""
+    if document.get("mode") == "off":
+        return document.get("readable_prompt", True) is False
+    return not document.get("prompts")
+
+
 def is_complete(document: Mapping[str, Any]) -> bool:
     """Whether every input of the report was read to its end (reports of older versions, without
     ``complete``, are judged by their ``error``)."""
@@ -527,8 +550,7 @@ def verdict(document: Mapping[str, Any], *, allow_empty: bool = False) -> Verdic
     if not allow_empty:
         if not document.get("spans"):
             failed.append((EXIT_NO_SPANS, "no spans read"))
-        elif not document.get("prompts") and document.get("mode") != "off":
-            # In mode off the guard reads nothing, by design: no prompt is the expected result.
+        elif _no_prompt(document):
             failed.append((EXIT_NO_PROMPTS, "no prompt the guard can read"))
     if not failed:
         return Verdict(0, ())

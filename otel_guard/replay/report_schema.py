@@ -151,6 +151,8 @@ def validate_report(document: object) -> None:
         raise InvalidReport("error: expected a message or null")
     if "complete" in report and not isinstance(report["complete"], bool):
         raise InvalidReport("complete: expected true or false")
+    if "readable_prompt" in report and not isinstance(report["readable_prompt"], bool):
+        raise InvalidReport("readable_prompt: expected true or false")
     for part in _list(report.get("parts", []), "parts", _FILE_LIMIT):
         if not isinstance(part, str) or not _DIGEST.fullmatch(part):
             raise InvalidReport("parts: expected report identities (64 hex digits)")
