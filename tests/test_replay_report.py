@@ -242,6 +242,34 @@ def test_saved_work_counts_model_calls_of_inferred_prompts_after_the_stop_point(
     }
 
 
+def test_turns_sharing_a_conversation_id_are_prompts_of_their_own() -> None:
+    # Each invoke_agent span is one prompt (its ID the conversation's): the second turn is
+    # neither work the first turn's stop would have saved nor its recovery.
+    harness = Harness(mode="shadow")
+    attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "chat-1"}
+    _inferred_loop(harness, attributes, openinference=False)
+    tracer = harness.tracer
+    second = tracer.start_span("agent", attributes=attributes)
+    inside = set_span_in_context(second)
+    tracer.start_span("llm", context=inside, attributes={"gen_ai.operation.name": "chat"}).end()
+    tracer.start_span(
+        "tool",
+        context=inside,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file"},
+    ).end()  # the tool that looped in the first turn succeeds
+    tracer.start_span("llm", context=inside, attributes={"gen_ai.operation.name": "chat"}).end()
+    second.end()
+    report = replay(spans_of(harness))
+    assert report["prompts"] == 2 and report["prompts_would_stop"] == 1
+    assert report["self_recovered_after_would_stop"] == 0
+    assert report["saved"] == {
+        "tool_calls": 0,
+        "model_calls": 2,
+        "input_tokens": 230,
+        "output_tokens": 2,
+    }
+
+
 def test_counts_break_down_by_utc_day_of_the_batch() -> None:
     first = shifted(spans_of(record({"monday": LOOP})), NOV_30 + DAY - 10**9)
     second = shifted(spans_of(record({"tuesday": LOOP[:1]})), NOV_30 + DAY + 3600 * 10**9)

@@ -153,7 +153,9 @@ class BatchEvaluation:
     a ``stop`` is recorded as ``would_stop`` because the host never took the reminder.
     ``profile`` says how the batch was read: ``acp`` (a batch span, section 3) or ``genai``
     (inferred, section 3b); ``span`` is the batch span, or for an inferred batch the model-call
-    or prompt span that settled it.
+    or prompt span that settled it. ``prompt_serial`` is the span ID of the prompt span that
+    started the prompt's state afresh (0 when none did: a batch-only prompt, or a state rebuilt
+    after a loss), so that prompts sharing an ID one after another are told apart.
     """
 
     prompt_id: str
@@ -168,6 +170,7 @@ class BatchEvaluation:
     decision_value: DecisionValue | None
     action: GuardAction | None
     profile: Profile = "acp"
+    prompt_serial: int = 0
 
 
 BatchListener = Callable[[BatchEvaluation], None]
@@ -176,10 +179,14 @@ BatchListener = Callable[[BatchEvaluation], None]
 class _Prompt:
     """The guard state of one prompt ID, with what the host did with its actions."""
 
-    __slots__ = ("guarded", "last_seen", "pending", "reminded_ordinal", "state")
+    __slots__ = ("guarded", "last_seen", "pending", "reminded_ordinal", "serial", "state")
 
-    def __init__(self, guarded: bool, now: float, rebuilt: bool = False) -> None:
+    def __init__(self, guarded: bool, now: float, rebuilt: bool = False, serial: int = 0) -> None:
         self.guarded = guarded
+        # The span ID of the prompt span that started this state afresh (0: none did, as for
+        # a batch-only prompt or a state rebuilt after a loss): tells listeners apart prompts
+        # that share an ID one after another (turns of one conversation).
+        self.serial = serial
         # A rebuilt state lost its history, so it never enforces (docs/contract.md section 4).
         self.state = _REBUILT_STATE if rebuilt else _INITIAL_STATE
         self.pending: GuardAction | None = None
@@ -587,7 +594,8 @@ class GuardSpanProcessor(SpanProcessor):
                 self._lives[prompt_id] = _Life(guarded)
                 self._dropped.pop(prompt_id, None)
                 self._discard(prompt_id)
-                self._admit_prompt(prompt_id, _Prompt(guarded, now), now, out)
+                fresh = _Prompt(guarded, now, serial=span.context[_SPAN_ID])
+                self._admit_prompt(prompt_id, fresh, now, out)
             else:
                 self._collide(prompt_id, life, guarded, span.context, out)
             self._track(span.context[_SPAN_ID], _PromptSpan(prompt_id), out)
@@ -1003,6 +1011,7 @@ class GuardSpanProcessor(SpanProcessor):
             decision_value=value,
             action=action,
             profile=profile,
+            prompt_serial=prompt.serial,
         )
 
     # -- the inferred profiles (sections 3b and 3c) ------------------------------------------
@@ -1092,7 +1101,8 @@ class GuardSpanProcessor(SpanProcessor):
                 reported = prompt_id if known.guarded else None
                 out.append(("diagnostic", "prompt_collision", reported, None))
                 return
-            self._admit_prompt(prompt_id, _Prompt(True, now, rebuilt=True), now, out)
+            fresh = _Prompt(True, now, rebuilt=True, serial=event.span_id)
+            self._admit_prompt(prompt_id, fresh, now, out)
         elif type(event) is BatchSettled:
             now = self._clock()
             prompt = self._prompts.get(event.prompt_id)

@@ -167,6 +167,7 @@ class _PromptAudit:
         "group",
         "history",
         "recovered",
+        "serial",
         "stop",
         "stop_ns",
         "stop_span",
@@ -181,6 +182,7 @@ class _PromptAudit:
     def __init__(self, group: Group, trace_id: int) -> None:
         self.group = group
         self.trace_id = trace_id
+        self.serial = 0  # the evaluation's prompt_serial
         self.warned_ordinals: set[int] = set()
         self.unreliable = False
         self.warned = False
@@ -247,7 +249,9 @@ class GuardReport:
         self.profiles: dict[Profile, int] = {"acp": 0, "genai": 0, "openinference": 0}
         # What the GenAI profile saw, for saying why a file gave no readable prompt.
         self.genai_seen: dict[str, int] = dict.fromkeys(GENAI_SEEN, 0)
-        self._prompts: OrderedDict[str, _PromptAudit] = OrderedDict()
+        self._prompts: OrderedDict[str, _PromptAudit] = OrderedDict()  # the latest, by ID
+        # Prompts started by a prompt span, by ID and that span's ID (the evaluation's serial).
+        self._instances: OrderedDict[tuple[str, int], _PromptAudit] = OrderedDict()
         self._resource_groups: dict[int, tuple[Resource, Group, dict[str, Any]]] = {}
 
     # -- input -----------------------------------------------------------------------------
@@ -294,12 +298,23 @@ class GuardReport:
         audit = self._prompts.get(evaluation.prompt_id)
         group, tally = self._resource_group(span.resource)
         tallies = (self.total, tally, self._day(end_ns))
-        if audit is None:
+        serial = evaluation.prompt_serial
+        if audit is None or (serial and audit.serial != serial):
+            # A prompt not seen yet, or a new prompt span with an ID seen before (a new turn
+            # of one conversation): a prompt of its own. A state rebuilt after a loss (serial
+            # 0) stays with the prompt it was part of.
             span_context = span.context
             audit = _PromptAudit(group, span_context.trace_id if span_context else 0)
+            audit.serial = serial
             self._prompts[evaluation.prompt_id] = audit
+            self._prompts.move_to_end(evaluation.prompt_id)
             if len(self._prompts) > _MAX_PROMPT_AUDITS:
                 self._prompts.popitem(last=False)
+            if serial:
+                instances = self._instances
+                instances[(evaluation.prompt_id, serial)] = audit
+                if len(instances) > _MAX_PROMPT_AUDITS:
+                    instances.popitem(last=False)
             for counts in tallies:
                 counts["prompts"] += 1
             self.profiles[evaluation.profile] += 1
@@ -372,10 +387,11 @@ class GuardReport:
             for counts in tallies:
                 counts[f"prompts_{value}"] += 1
 
-    def observe_model_call(self, prompt_id: str, span: ReadableSpan) -> None:
+    def observe_model_call(self, prompt_id: str, span: ReadableSpan, serial: int = 0) -> None:
         """Count a model call of ``prompt_id`` as saved work if it started after a stop, or is
-        the model call that settled the stopped batch (sections 3b, 3c)."""
-        audit = self._prompts.get(prompt_id)
+        the model call that settled the stopped batch (sections 3b, 3c). ``serial``: the span ID
+        of the prompt span whose prompt it belongs to, when known (0: the latest with the ID)."""
+        audit = self._instances.get((prompt_id, serial)) if serial else self._prompts.get(prompt_id)
         if audit is None or audit.stop is None:
             return
         start = span.start_time or 0
@@ -794,9 +810,10 @@ _PROMPT_DEPTH: Final = 64  # spans looked at, the model call included, for its p
 
 
 def _prompt_of(
-    span: ReadableSpan, by_id: Mapping[int, _Buffered], above: dict[int, str | None]
-) -> str | None:
-    """The prompt whose saved work a model-call span counts for, as the guard named it.
+    span: ReadableSpan, by_id: Mapping[int, _Buffered], above: dict[int, tuple[str, int] | None]
+) -> tuple[str, int] | None:
+    """The prompt whose saved work a model-call span counts for, as the guard named it, and
+    the span ID of an inferred prompt's span (0 for a section 3 prompt).
 
     The nearest of the span and its ancestors naming a section 3 prompt (``acp.prompt.id``);
     else the outermost ancestor a profile reads as a prompt (sections 3b, 3c: the assembly's
@@ -806,7 +823,7 @@ def _prompt_of(
     trace): the model calls of a turn share their parent."""
     own = _section_3_prompt(span)
     if own is not None:
-        return own
+        return own, 0
     parent = span.parent
     if parent is None or parent.is_remote:
         return None
@@ -824,22 +841,28 @@ def _section_3_prompt(span: ReadableSpan) -> str | None:
     return guard_key(prompt_id) if isinstance(prompt_id, str) else None
 
 
-def _prompt_above(span: ReadableSpan, by_id: Mapping[int, _Buffered], depth: int) -> str | None:
+def _prompt_above(
+    span: ReadableSpan, by_id: Mapping[int, _Buffered], depth: int
+) -> tuple[str, int] | None:
     """:func:`_prompt_of` for ``span`` and its ancestors, looking at ``depth`` spans at most."""
     current = span
-    outermost: str | None = None
+    outermost: tuple[str, int] | None = None
     for _ in range(depth):
         attributes = _attributes_of(current)
         key = attributes.get(attr.PROMPT_ID)
         if isinstance(key, str):
-            return guard_key(key)
+            return guard_key(key), 0
         parent = current.parent
         local_root = parent is None or parent.is_remote
         for profile in PROFILES:
             claim = profile.read(current, attributes, local_root)
             if claim is not None:
-                if claim.kind == "prompt" and current.context is not None:
-                    outermost = guard_key(claim.prompt_id or f"{current.context.span_id:016x}")
+                context = current.context
+                if claim.kind == "prompt" and context is not None:
+                    outermost = (
+                        guard_key(claim.prompt_id or f"{context.span_id:016x}"),
+                        context.span_id,
+                    )
                 break
         if parent is None or local_root:
             return outermost
@@ -1115,28 +1138,35 @@ class Replayer:
             report.count_spans(duplicate, 1, start)
         by_id = trace.spans
         events = _events(list(by_id.values()), by_id)
-        model_calls: list[tuple[ReadableSpan, str]] = []
-        above: dict[int, str | None] = {}
+        # Model calls of section 3 prompts count when they end, as live; those of inferred
+        # prompts once the trace is replayed: such a prompt is decided when it ends.
+        model_calls: dict[int, str] = {}
+        inferred_calls: list[tuple[ReadableSpan, str, int]] = []
+        above: dict[int, tuple[str, int] | None] = {}
         for record in trace.model_calls:
-            prompt = _prompt_of(record, by_id, above)
-            if prompt is not None:
-                model_calls.append((record, prompt))
+            found = _prompt_of(record, by_id, above)
+            if found is not None:
+                if found[1]:
+                    inferred_calls.append((record, *found))
+                else:
+                    model_calls[id(record)] = found[0]
         for pipeline in self._pipelines:
             # on_start reads only what a ReadableSpan has: context, parent and attributes.
             on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
             on_end = pipeline.guard.on_end
+            observe_model_call = pipeline.report.observe_model_call
             for time_ns, is_end, _, _, span in events:
                 pipeline.now_ns = time_ns
                 if is_end:
                     on_end(span)
+                    if model_calls:
+                        prompt = model_calls.get(id(span))
+                        if prompt is not None:
+                            observe_model_call(prompt, span)
                 else:
                     on_start(span)
-            # Counted once the trace is replayed: an inferred prompt (sections 3b, 3c) is
-            # decided when it ends, after its model calls; a section 3 prompt's stop, decided
-            # before a model call that started after it, counts the same either way.
-            observe_model_call = pipeline.report.observe_model_call
-            for record, prompt in model_calls:
-                observe_model_call(prompt, record)
+            for record, prompt, serial in inferred_calls:
+                observe_model_call(prompt, record, serial)
 
 
 _UNPLACED: Final = (0, -1)  # where a span without a context goes

@@ -415,7 +415,7 @@ class InferredAssembly:
         self._model_calls += len(models)
         self._tool_calls += len(calls)
         prompt_id = prompt.prompt_id
-        events.append(PromptStarted(prompt_id, prompt.profile))
+        events.append(PromptStarted(prompt_id, prompt.profile, prompt_span_id))
         self._batches(prompt, calls, models, events)
         events.append(PromptEnded(prompt_id))
 

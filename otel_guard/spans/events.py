@@ -154,10 +154,12 @@ class InferredProfile(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class PromptStarted:
-    """An inferred prompt is about to be evaluated: its state starts never enforcing."""
+    """An inferred prompt is about to be evaluated: its state starts never enforcing.
+    ``span_id`` is its (outermost) prompt span's: prompts sharing a conversation ID stay apart."""
 
     prompt_id: str
     profile: ProfileName
+    span_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
