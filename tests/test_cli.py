@@ -299,6 +299,7 @@ def request(span: object = None, **fields: object) -> str:
     ("bad_line", "message"),
     [
         ('{"resourceSpans": [', "invalid JSON (Expecting value at column 20)"),
+        ('{"resourceSpans": "', "invalid JSON (Unterminated string starting at column 19)"),
         ("[1, 2]", "request: expected an object"),
         ('{"resourceMetric": []}', "not a trace export request (no resourceSpans)"),
         ('{"resourceSpans": {}}', "resourceSpans: expected an array"),

@@ -305,7 +305,9 @@ def _load(data: bytes) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise Shape(f"invalid JSON ({error.msg} at column {error.colno})") from None
+        # Some of the decoder's messages end in "at" already ("Unterminated string starting at").
+        message = error.msg.removesuffix(" at")
+        raise Shape(f"invalid JSON ({message} at column {error.colno})") from None
     except RecursionError:
         raise Shape("invalid JSON (nested too deeply)") from None
     except ValueError:  # e.g. a number longer than Python converts
