@@ -6,8 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from otel_guard import GuardSpanProcessor
 from otel_guard.guard.mode import DEFAULT_MODE, MODE_ENV_VAR, ModeResolution, resolve_mode
+from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT
 from otel_guard.reducer import Mode
 
 SHADOW = ModeResolution("shadow", invalid=False)
@@ -58,10 +64,49 @@ def test_missing_variable_gives_shadow_without_the_invalid_flag(
     assert resolve_mode(None, {}) == SHADOW
 
 
-@pytest.mark.parametrize("blank", ["", " ", "\t\n"])
-def test_blank_value_gives_shadow_without_the_invalid_flag(blank: str) -> None:
-    assert resolve_mode(environ={MODE_ENV_VAR: blank}) == SHADOW
-    assert resolve_mode(blank, {}) == SHADOW
+def test_empty_value_gives_shadow_without_the_invalid_flag() -> None:
+    assert resolve_mode(environ={MODE_ENV_VAR: ""}) == SHADOW
+    assert resolve_mode("", {}) == SHADOW
+
+
+@pytest.mark.parametrize("blank", [" ", "   ", "\t\n"])
+def test_whitespace_only_value_is_non_empty_and_invalid(blank: str) -> None:
+    assert resolve_mode(environ={MODE_ENV_VAR: blank}) == SHADOW_INVALID
+    assert resolve_mode(blank, {}) == SHADOW_INVALID
+
+
+@pytest.mark.parametrize("wrong", [123, 1.5, b"enforce", ["enforce"], True])
+def test_explicit_value_of_another_type_is_invalid_and_never_raises(wrong: object) -> None:
+    assert resolve_mode(wrong, {MODE_ENV_VAR: "enforce"}) == SHADOW_INVALID
+
+
+@pytest.mark.parametrize(
+    ("explicit", "environment"), [(None, "   "), ("  ", None), (123, None), (None, "bogus")]
+)
+def test_the_processor_records_one_invalid_mode_diagnostic(
+    explicit: object, environment: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if environment is None:
+        monkeypatch.delenv(MODE_ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(MODE_ENV_VAR, environment)
+    logs = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    reader = InMemoryMetricReader()
+    guard = GuardSpanProcessor(
+        mode=explicit,  # type: ignore[arg-type]  # a host's untyped configuration
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        logger_provider=logger_provider,
+    )
+    guard.force_flush()
+    assert guard.mode == "shadow"
+    assert [
+        dict(r.log_record.attributes or {})
+        for r in logs.get_finished_logs()
+        if r.log_record.event_name == DIAGNOSTIC_EVENT
+    ] == [{"diagnostic": "invalid_mode"}]
+    guard.shutdown()
 
 
 @pytest.mark.parametrize("invalid", ["enforcing", "true", "1", "en force", "warn,enforce", "ón"])

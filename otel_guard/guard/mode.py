@@ -32,19 +32,20 @@ class ModeResolution:
 
 
 def resolve_mode(
-    explicit: str | None = None, environ: Mapping[str, str] | None = None
+    explicit: object = None, environ: Mapping[str, str] | None = None
 ) -> ModeResolution:
     """Resolve the mode: ``explicit`` wins, else ``environ[MODE_ENV_VAR]`` (default ``os.environ``).
 
-    A missing or blank value gives ``shadow``; a non-blank value that names no mode gives
-    ``shadow`` with ``invalid=True`` so the caller can record an ``invalid_mode`` diagnostic.
+    A missing or empty value gives ``shadow``. Any other value that names no mode (also one of
+    whitespace only, and an explicit value that is not a string at all) gives ``shadow`` with
+    ``invalid=True`` so the caller can record an ``invalid_mode`` diagnostic. Never raises.
     """
     raw = (
         explicit
         if explicit is not None
         else (os.environ if environ is None else environ).get(MODE_ENV_VAR)
     )
-    if raw is None or not raw.strip():
+    if raw is None or raw == "":
         return ModeResolution(DEFAULT_MODE, invalid=False)
     mode = parse_mode(raw)
     if mode is None:

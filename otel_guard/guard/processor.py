@@ -262,8 +262,9 @@ class GuardSpanProcessor(SpanProcessor):
 
     Args:
         mode: ``off``, ``shadow``, ``warn`` or ``enforce``. When omitted, the process environment
-            variable ``QWEN_CODE_ACP_REPEATED_TOOL_FAILURE_GUARD`` is read once, here; missing or
-            invalid values give ``shadow`` (invalid ones record an ``invalid_mode`` diagnostic).
+            variable ``QWEN_CODE_ACP_REPEATED_TOOL_FAILURE_GUARD`` is read once, here; missing,
+            empty or invalid values give ``shadow``, and an invalid one (whitespace only, or not
+            a string) records an ``invalid_mode`` diagnostic instead of raising.
         meter_provider, logger_provider: where guard telemetry goes; the global providers when
             omitted.
         max_prompts: prompts whose state is kept at once; beyond it the least recently active
