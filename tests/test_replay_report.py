@@ -300,6 +300,28 @@ def test_spans_exported_again_after_their_trace_was_replayed_are_replayed_once()
     assert twice["traces"] == once["traces"] == 2
 
 
+def test_spans_of_a_trace_forgotten_since_its_replay_are_replayed_apart_and_said_to_be(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from otel_guard.replay import replayer
+
+    monkeypatch.setattr(replayer, "REMEMBERED_TRACES", 3)
+    spans = spans_of(record({f"p{i}": LOOP[:1] for i in range(8)}))
+
+    def replay_parts(*parts: Sequence[ReadableSpan]) -> dict[str, Any]:
+        replaying = Replayer("shadow", reorder_window=0)
+        for part in parts:
+            replaying.add(part)
+        return replaying.finish().to_json()
+
+    within = replay_parts(spans, spans[-2:])  # spans of the last traces: still known
+    assert within["bounds"]["replayed_traces"] == 0 and within["duplicate_spans"] == 2
+    report = replay_parts(spans, spans)
+    assert report["duplicate_spans"] < len(spans)
+    assert report["bounds"]["replayed_traces"] == report["traces"] - 8 > 0
+    assert "replayed apart from it, repeats among them again" in render_text(report)
+
+
 # -- bounds -----------------------------------------------------------------------------------
 
 

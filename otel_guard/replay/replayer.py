@@ -32,6 +32,7 @@ shards").
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import time
 import zlib
@@ -128,6 +129,10 @@ REMEMBERED_SPANS: Final = 200_000
 
 REMEMBERED_TRACES: Final = 20_000
 """... of at most this many traces."""
+
+_FORGOTTEN_BITS: Final = 1 << 24
+"""Bits of the filter of traces replayed and forgotten (2 MiB): one of 100,000 such traces is
+taken for another about once in three million new traces; one of a million, once in 500."""
 
 _ADVANCING: Final = frozenset({"tracked", "would_warn", "warn", "would_stop", "stop"})
 _ERROR_TYPE: Final = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
@@ -921,6 +926,10 @@ class Replayer:
         # Recently replayed traces: whether this replayer owned them, and their span IDs.
         self._replayed: OrderedDict[int, tuple[bool, set[int]]] = OrderedDict()
         self._remembered = 0
+        # Traces this replayer owned, replayed and then forgotten: a fixed-size filter, so that
+        # spans of one coming back (a file given twice, a trace exported in far-apart parts)
+        # are said to be replayed apart (the replayed_traces bound), not silently.
+        self._forgotten = bytearray(_FORGOTTEN_BITS // 8)
         # Shards: owners decided by a prompt key before the trace was replayed (Router).
         self._decided: dict[int, bool] = {}
 
@@ -971,6 +980,8 @@ class Replayer:
                             self.report.duplicate_spans += 1
                             self.report.count_spans(span._resource, 1, start)
                         continue
+                    if replayed is None and self._was_forgotten(trace_id):
+                        self.report.bounds["replayed_traces"] += 1
                     if len(traces) >= self._max_open:
                         self._replay(next(iter(traces)), bound="open_traces")
                     trace = traces[trace_id] = _Trace(start)
@@ -1101,6 +1112,24 @@ class Replayer:
                 # Larger than the memory alone: keep where it went, forget its span IDs.
                 replayed[trace_id] = (old_owner, set())
                 break
+            if old_owner:
+                self._forget(old_id)
+
+    @staticmethod
+    def _filter_bits(trace_id: int) -> tuple[int, ...]:
+        # Four 24-bit positions from a digest: trace IDs need not be random (tests, replays of
+        # generated traffic), so their own bits are not used.
+        digest = hashlib.blake2b(trace_id.to_bytes(16, "big"), digest_size=12).digest()
+        return tuple(int.from_bytes(digest[i : i + 3], "big") for i in range(0, 12, 3))
+
+    def _forget(self, trace_id: int) -> None:
+        forgotten = self._forgotten
+        for bit in self._filter_bits(trace_id):
+            forgotten[bit >> 3] |= 1 << (bit & 7)
+
+    def _was_forgotten(self, trace_id: int) -> bool:
+        forgotten = self._forgotten
+        return all(forgotten[bit >> 3] & (1 << (bit & 7)) for bit in self._filter_bits(trace_id))
 
     def _replay(self, trace_id: int, bound: str | None = None) -> None:
         trace = self._traces.pop(trace_id, None)

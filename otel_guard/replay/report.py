@@ -109,6 +109,8 @@ BOUNDS: Final[Mapping[str, str]] = {
     "timeline": "a decision was left out of the timeline: more hour buckets than the bound",
     "prompt_ids": "a span's prompt or conversation ID was kept as its digest (its first 64 "
     "characters and SHA-256): longer than the bound",
+    "replayed_traces": "spans of a trace came after it was replayed and forgotten (more traces "
+    "replayed since than the bound): replayed apart from it, repeats among them again",
 }
 """Bounds that keep a replay's memory independent of its input, by report key."""
 
