@@ -511,6 +511,34 @@ def test_a_prompt_under_a_remote_parent_is_decided_live_and_in_replay_alike(
     assert report["invariant_violations"] == 0
 
 
+def test_a_trace_entering_the_process_twice_gives_two_prompts_live_and_in_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A caller invokes the agent twice in one trace (each call a local root under a remote
+    # parent); a tool of the first call ends after its prompt did: an orphan, nothing else.
+    agent = Agent()
+    trace_id = 0x4BF92F3577B34DA6A3CE929D0E0E4736
+    straggler = None
+    for call in (1, 2):
+        caller = SpanContext(trace_id, 0xF067AA0BA902B700 + call, True, TraceFlags(1))
+        with agent.prompt(conversation=None, parent=NonRecordingSpan(caller)) as prompt:
+            for _ in range(3):
+                agent.turn(prompt)
+            agent.chat(prompt)
+            if straggler is None:
+                straggler = agent.start_tool(prompt)
+        if call == 1:
+            straggler.end()
+    live = agent.harness.decision_counts()
+    assert live == {"tracked": 2, "would_warn": 2, "would_stop": 2}
+    assert agent.harness.guard.genai_coverage().orphan_tool_calls == 1
+    assert agent.harness.diagnostic_counts().get("evicted", 0) == 0
+    code, report, err = _replay(capsys, _write(agent, tmp_path / "twice.jsonl"))
+    assert code == 0 and err == ""
+    assert {k: v for k, v in report["decisions"].items() if v} == live
+    assert report["prompts"] == 2 and report["invariant_violations"] == 0
+
+
 def test_replay_counts_batch_span_prompts_as_acp(capsys: pytest.CaptureFixture[str]) -> None:
     demo = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
     code, report, _ = _replay(capsys, demo)

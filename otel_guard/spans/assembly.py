@@ -44,9 +44,13 @@ counted twice.
 **Bounded.** Watched traces are capped in number (``max_traces``, oldest first, an ``evicted``
 diagnostic) and in bytes of kept data together (``max_bytes``, counted generously per link, call
 and prompt; over it the oldest trace is dropped with a ``batch_overflow`` diagnostic). A dropped
-trace, and one whose local root ended, is remembered (bounded) so that its later spans are not
-read as a partial trace: a prompt never decides on part of its calls. (A trace with several
-local roots, under remote parents, is therefore read up to the end of its first one.)
+trace, and one whose root ended, is remembered (bounded) so that its later spans are not read
+as a partial trace: a prompt never decides on part of its calls.
+
+**Local roots under remote parents.** A trace may enter the process several times (a caller
+invoking the agent twice in one trace, or at once). When such a local root ends, only its part
+of the trace is finished: its prompts settle, the rest below it is orphaned, and its span IDs
+are remembered (bounded) so that its spans that end later are orphans too; the trace goes on.
 
 Not thread-safe: the processor calls it under its own lock.
 """
@@ -95,6 +99,8 @@ _SPAN_BYTES: Final = 480
 _NO_EVENTS: Final[list[ProfileEvent]] = []  # never appended to
 # Dropped traces remembered, so their later spans are not read as a whole trace.
 _MAX_DROPPED_TRACES: Final = 4096
+# Span IDs of finished parts of traces (below a local root under a remote parent) remembered.
+_MAX_ENDED_SPANS: Final = 16384
 
 
 class _Stand:
@@ -162,6 +168,8 @@ class InferredAssembly:
         self._bytes = 0
         self._dropped: OrderedDict[int, None] = OrderedDict()
         self._section_3_roots: OrderedDict[int, None] = OrderedDict()
+        # Span IDs below local roots under remote parents that ended (bounded, oldest first).
+        self._ended_spans: OrderedDict[int, None] = OrderedDict()
         self._arrivals = 0
         self._prompts = 0
         self._model_calls = 0
@@ -192,6 +200,7 @@ class InferredAssembly:
         self.traces.clear()
         self._dropped.clear()
         self._section_3_roots.clear()
+        self._ended_spans.clear()
         self._bytes = 0
 
     def turns_away(self, trace_id: int) -> bool:
@@ -221,7 +230,8 @@ class InferredAssembly:
         if within and parent_id is not None and span_id not in trace.pending:
             return _NO_EVENTS
         events: list[ProfileEvent] = []
-        self._after(trace_id, trace, span_id, parent_id, None, events)
+        remote_root = parent is not None and parent[2]
+        self._after(trace_id, trace, span_id, parent_id, None, events, remote_root)
         return events
 
     def end(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> list[ProfileEvent]:
@@ -246,8 +256,13 @@ class InferredAssembly:
             if trace is None and parent_id is None and self._root_model_call(attributes):
                 # A model call that is its trace's local root (a chat completion outside any
                 # agent): no prompt can hold it. Its trace is remembered as one whose root
-                # ended, as reading it in full would leave it, without building anything.
-                if trace_id not in self._section_3_roots and trace_id not in self._dropped:
+                # ended, as reading it in full would leave it, without building anything
+                # (under a remote parent the trace may enter the process again: not then).
+                if (
+                    parent is None
+                    and trace_id not in self._section_3_roots
+                    and trace_id not in self._dropped
+                ):
                     self._remember(trace_id)
                 return events
             for profile in PROFILES:
@@ -264,10 +279,19 @@ class InferredAssembly:
                 if claim is not None and claim.kind == "tool_call":
                     self._orphans += 1
                 return events
+            if parent_id is not None and parent_id in self._ended_spans:
+                # Ended after its local root (under a remote parent) was read: an orphan.
+                if claim is not None and claim.kind == "tool_call":
+                    self._orphans += 1
+                return events
             trace = traces[trace_id] = _Trace()
             if len(traces) > self._max_traces:
                 self._drop_oldest("evicted", events)
         elif claim is not None:
+            if parent_id is not None and parent_id in self._ended_spans:
+                if claim.kind == "tool_call":
+                    self._orphans += 1
+                return events
             traces.move_to_end(trace_id)
         size = 0 if span_id in trace.links else _LINK_BYTES
         trace.links[span_id] = parent_id
@@ -277,7 +301,8 @@ class InferredAssembly:
             size += self._keep(trace, claim, span, span_id, parent_id, context, events)
         trace.bytes += size
         self._bytes += size
-        self._after(trace_id, trace, span_id, parent_id, claim, events)
+        remote_root = parent is not None and parent.is_remote
+        self._after(trace_id, trace, span_id, parent_id, claim, events, remote_root)
         return events
 
     def _after(
@@ -288,8 +313,10 @@ class InferredAssembly:
         parent_id: int | None,
         claim: Claim | None,
         events: list[ProfileEvent],
+        remote_root: bool = False,
     ) -> None:
-        """Prompts waiting for this span to end move up, and a local root finishes its trace."""
+        """Prompts waiting for this span to end move up, and a local root finishes its trace
+        (``remote_root``: its part of the trace, when the root's parent is remote)."""
         traces = self.traces
         waiting = trace.pending.pop(span_id, None)
         if waiting is not None:
@@ -302,7 +329,10 @@ class InferredAssembly:
                 for prompt_span_id in waiting:
                     self._settle(trace, prompt_span_id, events)
         if parent_id is None:
-            self._finish(trace_id, trace, events)
+            if remote_root:
+                self._finish_part(trace_id, trace, span_id, events)
+            else:
+                self._finish(trace_id, trace, events)
         elif self._bytes > self._max_bytes:
             while self._bytes > self._max_bytes and traces:
                 self._drop_oldest("batch_overflow", events)
@@ -345,6 +375,67 @@ class InferredAssembly:
         self._orphans += len(trace.calls)
         # Spans of it that end later (after their root) are orphans: never a new partial trace.
         self._forget(trace_id, trace, remember=True)
+
+    def _finish_part(
+        self, trace_id: int, trace: _Trace, root_id: int, events: list[ProfileEvent]
+    ) -> None:
+        """A local root under a remote parent ended: the trace entered this process there, and
+        may enter it again (a caller invoking the agent twice in one trace), or be in it through
+        another such root right now. Prompts below this root are settled; what else is below it
+        is orphaned and dropped, its span IDs remembered (bounded) so that spans ending after
+        the root are orphans too; the rest of the trace goes on."""
+        links = trace.links
+        memo: dict[int, bool] = {root_id: True}
+
+        def below(span_id: int) -> bool:
+            path: list[int] = []
+            current: int | None = span_id
+            found = False
+            while current is not None:
+                known = memo.get(current)
+                if known is not None:
+                    found = known
+                    break
+                if len(path) > len(links):
+                    break  # a malformed parent cycle
+                path.append(current)
+                current = links.get(current)
+            for step in path:
+                memo[step] = found
+            return found
+
+        for key in [key for key in trace.pending if below(key)]:
+            for prompt_span_id in trace.pending.pop(key):
+                self._settle(trace, prompt_span_id, events)
+        released = 0
+        calls = [call for call in trace.calls if below(call[2])]
+        if calls:
+            self._orphans += len(calls)
+            gone = {call[2] for call in calls}
+            trace.calls = [call for call in trace.calls if call[2] not in gone]
+            released += sum(
+                _CALL_BYTES + len(c[4].call_id or "") + len(c[4].tool_name or "") for c in calls
+            )
+        models = [model for model in trace.models if below(model[2])]
+        if models:
+            gone = {model[2] for model in models}
+            trace.models = [model for model in trace.models if model[2] not in gone]
+            released += sum(_SPAN_BYTES + len(model[3].name) for model in models)
+        for prompt_span_id in [p for p in trace.prompts if below(p)]:
+            del trace.prompts[prompt_span_id]
+        ended = self._ended_spans
+        for span_id in [span_id for span_id in links if below(span_id)]:
+            del links[span_id]
+            trace.shields.discard(span_id)
+            released += _LINK_BYTES
+            ended[span_id] = None
+        while len(ended) > _MAX_ENDED_SPANS:
+            ended.popitem(last=False)
+        released = min(released, trace.bytes)
+        trace.bytes -= released
+        self._bytes -= released
+        if not (links or trace.calls or trace.models or trace.prompts or trace.pending):
+            self._forget(trace_id, trace, remember=False)
 
     def _drop_oldest(self, diagnostic: Any, events: list[ProfileEvent]) -> None:
         trace_id, trace = next(iter(self.traces.items()))

@@ -179,6 +179,12 @@ def genai_spans() -> list[ReadableSpan]:
     # Called by another service: the prompt span's parent is remote, so it is the local root.
     caller = SpanContext(0x7E57_C0FFEE, 0xCA11E5, is_remote=True, trace_flags=TraceFlags(1))
     _agent(tracer, clock, "conv-remote", [fail] * 3, caller=caller)
+    # A caller invoking the agent twice in one trace: two local roots, two prompts.
+    for call in (1, 2):
+        caller = SpanContext(
+            0x7E57_BEEF, 0xCA11E5 + call, is_remote=True, trace_flags=TraceFlags(1)
+        )
+        _agent(tracer, clock, None, [fail] * 3, caller=caller)
     provider.shutdown()
     return list(exporter.get_finished_spans())
 
