@@ -3,7 +3,7 @@
 Exit status of ``replay`` and ``merge``, the gate of a rollout step (the report is printed in
 every case; the first that applies, in this order):
 
-* 130 -- interrupted;
+* 130 -- interrupted (with ``--jobs`` the processes stop before they report: no report);
 * 2 -- usage error (bad flag, a missing extra);
 * 1 -- an input could not be read whole: unreadable, malformed or truncated (the one-line
   message ``FILE:LINE: what`` goes to stderr), or, for ``merge``, a report of such a replay or
@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
         "Exit status: 0 when every input was read whole, a guard-readable prompt was found and "
         "no invariant was violated; 1 input stopped early, 3 no spans, 4 no guard-readable "
         "prompt, 5 an invariant violated, 7 the --html file could not be written, 2 usage, "
-        "130 interrupted. The report is printed in every case.",
+        "130 interrupted. The report is printed in every case but one: an interrupt of "
+        "--jobs stops its processes before they report.",
     )
     replay.add_argument("--mode", type=_mode, default="shadow", metavar="MODE", help=_MODE_HELP)
     replay.add_argument(
