@@ -539,6 +539,25 @@ def test_a_trace_entering_the_process_twice_gives_two_prompts_live_and_in_replay
     assert report["prompts"] == 2 and report["invariant_violations"] == 0
 
 
+def test_two_prompts_open_at_once_with_one_conversation_id_collide(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = Agent()
+    with agent.prompt("chat-1") as first:  # one after the other: no collision
+        agent.turn(first)
+        agent.chat(first)
+    with agent.prompt("chat-1") as second, agent.prompt("chat-1") as third:
+        agent.turn(second)
+        agent.turn(third)
+        agent.chat(second)
+        agent.chat(third)
+    assert agent.harness.diagnostic_counts().get("prompt_collision", 0) == 1
+    assert agent.harness.decision_counts() == {"tracked": 3}  # each on its own state
+    code, report, _ = _replay(capsys, _write(agent, tmp_path / "collide.jsonl"))
+    assert code == 0 and report["diagnostics"].get("prompt_collision", 0) == 1
+    assert report["decisions"]["tracked"] == 3
+
+
 def test_replay_counts_batch_span_prompts_as_acp(capsys: pytest.CaptureFixture[str]) -> None:
     demo = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
     code, report, _ = _replay(capsys, demo)

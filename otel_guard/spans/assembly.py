@@ -170,6 +170,8 @@ class InferredAssembly:
         self._section_3_roots: OrderedDict[int, None] = OrderedDict()
         # Span IDs below local roots under remote parents that ended (bounded, oldest first).
         self._ended_spans: OrderedDict[int, None] = OrderedDict()
+        # Inferred prompts settled, by ID: their prompt span's (start, end), bounded.
+        self._settled: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._arrivals = 0
         self._prompts = 0
         self._model_calls = 0
@@ -201,6 +203,7 @@ class InferredAssembly:
         self._dropped.clear()
         self._section_3_roots.clear()
         self._ended_spans.clear()
+        self._settled.clear()
         self._bytes = 0
 
     def turns_away(self, trace_id: int) -> bool:
@@ -506,6 +509,16 @@ class InferredAssembly:
         self._model_calls += len(models)
         self._tool_calls += len(calls)
         prompt_id = prompt.prompt_id
+        # Two prompt spans with one ID open at once (a conversation ID on concurrent turns)
+        # collide; each is still evaluated on its own, as it settles whole (docs/design.md).
+        span = (prompt.stand.start, prompt.stand.end)
+        settled = self._settled
+        earlier = settled.pop(prompt_id, None)
+        if earlier is not None and earlier[0] < span[1] and span[0] < earlier[1]:
+            events.append(ProfileDiagnostic("prompt_collision", prompt_id, None))
+        settled[prompt_id] = span
+        if len(settled) > self._max_traces:
+            settled.popitem(last=False)
         events.append(PromptStarted(prompt_id, prompt.profile, prompt_span_id))
         self._batches(prompt, calls, models, events)
         events.append(PromptEnded(prompt_id))

@@ -182,7 +182,7 @@ class PromptEnded:
 
 @dataclass(frozen=True, slots=True)
 class ProfileDiagnostic:
-    name: Literal["late_span", "duplicate_span", "batch_overflow", "evicted"]
+    name: Literal["late_span", "duplicate_span", "batch_overflow", "evicted", "prompt_collision"]
     prompt_id: str | None
     span_context: SpanContext | None
 
