@@ -100,3 +100,24 @@ def test_a_name_with_a_lone_surrogate_has_a_pseudonym_of_its_code_units() -> Non
     expected = hmac.new(b"k", name.encode("utf-8", "surrogatepass"), hashlib.sha256)
     assert Pseudonymizer(b"k")(name) == "tool_" + expected.hexdigest()[:16]
     assert Pseudonymizer(b"k")(name) != Pseudonymizer(b"k")("run\udfffshell")
+
+
+def test_an_environment_key_that_is_not_utf8_keys_with_the_bytes_the_operator_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Undecodable bytes of the environment reach Python as lone surrogates ("\udcff" for 0xff).
+    monkeypatch.setenv(PSEUDONYM_KEY_ENV, "k\udcff")
+    pseudonymizer = Pseudonymizer()
+    assert pseudonymizer.from_deployment
+    digest = hmac.new(b"k\xff", b"run_shell", hashlib.sha256).hexdigest()[:16]
+    assert pseudonymizer("run_shell") == "tool_" + digest
+
+
+def test_a_key_argument_with_a_lone_surrogate_is_still_a_key() -> None:
+    assert Pseudonymizer("k\ud800")("run_shell") == Pseudonymizer("k\ud800")("run_shell")
+
+
+@pytest.mark.parametrize("key", [123, 1.5, ["secret"]])
+def test_a_key_argument_of_another_type_raises_naming_the_argument(key: object) -> None:
+    with pytest.raises(TypeError, match="pseudonym_key"):
+        Pseudonymizer(key)  # type: ignore[arg-type]  # a host's untyped configuration

@@ -51,11 +51,25 @@ def _random_process_key() -> bytes:
         return _process_key
 
 
+def _key_bytes(key: str) -> bytes:
+    """The bytes of a text key. A value the process received as bytes that are not UTF-8 (an
+    environment variable) reaches Python with those bytes escaped as lone surrogates: they are
+    turned back into exactly the bytes the operator set, so every process of a deployment, and
+    the Collector, key with the same bytes. Any other lone surrogate is kept as its code point's
+    UTF-8 form, so an odd key is still a key, never an error at export."""
+    try:
+        return key.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return key.encode("utf-8", "surrogatepass")
+
+
 class Pseudonymizer:
     """Turns names into keyed pseudonyms; the key is fixed at construction.
 
     ``key`` (bytes, or text taken as UTF-8) wins; else :data:`PSEUDONYM_KEY_ENV` when set and not
-    empty; else the process's random key, shared by every pseudonymizer of the process.
+    empty (bytes that are not UTF-8 are used as set); else the process's random key, shared by
+    every pseudonymizer of the process. A ``key`` of another type raises ``TypeError`` here,
+    when the host starts, rather than failing every export.
     """
 
     __slots__ = ("_cache", "_key", "from_deployment")
@@ -63,8 +77,12 @@ class Pseudonymizer:
     def __init__(self, key: bytes | str | None = None) -> None:
         if key is None:
             key = os.environ.get(PSEUDONYM_KEY_ENV) or None
+        if isinstance(key, (bytearray, memoryview)):
+            key = bytes(key)
         if isinstance(key, str):
-            key = key.encode("utf-8")
+            key = _key_bytes(key)
+        elif key is not None and not isinstance(key, bytes):
+            raise TypeError(f"pseudonym_key must be bytes or str, not {type(key).__name__}")
         self.from_deployment = bool(key)
         """True when the key came from the argument or the environment, not chance."""
         self._key = key if key else _random_process_key()
