@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_guard import RedactingSpanExporter, install_guard
 
 CANARY = "canary-7f3a-arguments"
 
@@ -436,3 +439,104 @@ def test_install_guard_honours_otel_sdk_disabled(tmp_path: Path) -> None:
     )
     assert not summary["installed"] and summary["guards"] == 0
     assert summary["provider"] == "ProxyTracerProvider"
+
+
+def test_a_second_install_guard_returns_the_installed_guard(tmp_path: Path) -> None:
+    _, stderr, summary = _run(
+        """
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from otel_guard import install_guard
+        reader = InMemoryMetricReader()
+        installation = install_guard(metric_readers=[reader])
+        again = install_guard()
+        different = install_guard(mode="enforce")
+        run_agent()
+        decisions = [
+            (dict(p.attributes)["decision"], p.value)
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics for m in sm.metrics
+            if m.name == "acp.repeated_tool_failure_guard.decisions"
+            for p in m.data.data_points
+        ]
+        processors = installation.tracer_provider._active_span_processor._span_processors
+        summary(installation, same=again is installation and different is installation,
+                decisions=sorted(decisions), processors=len(processors))
+        installation.shutdown()
+        """,
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
+        tmp_path,
+    )
+    assert summary["same"] and summary["guards"] == 1 and summary["mode"] == "shadow"
+    assert summary["joined"] == [] and summary["processors"] == 1
+    assert summary["decisions"] == [["tracked", 1], ["would_stop", 1], ["would_warn", 1]]
+    assert "not redacted" not in stderr
+    assert "already installed on the global providers (mode shadow)" in stderr
+
+
+def test_a_second_install_guard_on_joined_providers_adds_no_second_guard(
+    tmp_path: Path,
+) -> None:
+    _, _, summary = _run(
+        """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from otel_guard import install_guard
+        trace.set_tracer_provider(TracerProvider())
+        installation = install_guard()
+        again = install_guard()
+        run_agent()
+        summary(installation, same=again is installation)
+        installation.shutdown()
+        """,
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
+        tmp_path,
+    )
+    assert summary["same"] and summary["guards"] == 1 and summary["joined"] == ["traces"]
+
+
+@pytest.fixture
+def no_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    for signal in ("TRACES", "METRICS", "LOGS"):
+        monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
+
+
+@pytest.mark.usefixtures("no_export")
+def test_none_is_nothing_given_for_the_list_arguments() -> None:
+    installation = install_guard(
+        set_global=False,
+        extra_keys=None,
+        extra_patterns=None,
+        span_processors=None,
+        metric_readers=None,
+    )
+    assert installation is not None
+    assert installation.guard.mode in ("off", "shadow", "warn", "enforce")
+    installation.shutdown()
+
+
+@pytest.mark.usefixtures("no_export")
+def test_an_invalid_pattern_raises_naming_the_argument_before_anything_is_built() -> None:
+    with pytest.raises(ValueError, match=r"^extra_patterns\[1\] is not a valid regular"):
+        install_guard(set_global=False, extra_patterns=["secret_.*", "("])
+    with pytest.raises(ValueError, match=r"^extra_patterns\[0\]"):
+        RedactingSpanExporter(InMemorySpanExporter(), extra_patterns="(")
+
+
+@pytest.mark.usefixtures("no_export")
+def test_a_pseudonym_key_of_another_type_raises_before_anything_is_built() -> None:
+    with pytest.raises(TypeError, match="pseudonym_key"):
+        install_guard(set_global=False, pseudonym_key=123)  # type: ignore[arg-type]
+
+
+def test_unusable_batch_span_settings_are_logged_and_the_sdk_defaults_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "-5")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    installation = install_guard(set_global=False)
+    assert installation is not None
+    assert installation.span_exporter is not None
+    assert "OTEL_BSP_* settings are not usable" in caplog.text
+    installation.shutdown()

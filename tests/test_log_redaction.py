@@ -12,10 +12,14 @@ from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler, ReadableLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
 from test_wire import Receiver, receiving
 
-from otel_guard import RedactingLogExporter, install_guard
-from otel_guard.guard.telemetry import LOOP_EVENT, SCOPE_NAME, TRANSITION_EVENT
+from otel_guard import GuardSpanProcessor, RedactingLogExporter, install_guard
+from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT, LOOP_EVENT, SCOPE_NAME, TRANSITION_EVENT
+from otel_guard.integrations.producer import prompt_span
 from otel_guard.privacy.log_redaction import LOG_BODIES_VARIABLE
 from otel_guard.privacy.sensitive import GENAI_CONTENT_EVENTS
 
@@ -26,6 +30,17 @@ USER_BODY = "CnryLogUserZq please read my diary"
 CHOICE_BODY = "CnryLogChoiceZq here is the diary"
 LOGGING_MESSAGE = "CnryLogMessageZq opened /home/alice/secret.txt"
 CANARIES = (INPUT_MESSAGES, TOOL_ARGUMENTS, USER_BODY, CHOICE_BODY, LOGGING_MESSAGE)
+# What the process resource detector reports about the agent.
+SENSITIVE_RESOURCE = Resource(
+    {
+        "service.name": "agent",
+        "process.command_line": "python agent.py --api-key CnryCmdZq",
+        "process.command_args": ["python", "CnryArgZq"],
+        "process.executable.path": "/home/alice/CnryExeZq/python",
+        "process.owner": "CnryOwnerZq",
+    }
+)
+SENSITIVE_RESOURCE_KEYS = frozenset(SENSITIVE_RESOURCE.attributes) - {"service.name"}
 
 
 @pytest.fixture
@@ -133,17 +148,96 @@ def _redact(exporter: RedactingLogExporter, emit: Any, scope: str = "app") -> Re
     return exporter.redact(record)
 
 
-def test_the_guards_own_records_pass_unchanged() -> None:
-    exporter = RedactingLogExporter(InMemoryLogRecordExporter())
-    attributes = {"prompt_id": "p-1", "decision": "tracked", "candidate_ordinal": 1}
-    for name in (TRANSITION_EVENT, LOOP_EVENT):
+def _guard_loop(
+    logger_provider: LoggerProvider, meter_provider: MeterProvider | None = None
+) -> None:
+    """A real guard in ``enforce`` stopping a loop: transitions, a loop event, a diagnostic."""
+    guard = GuardSpanProcessor(
+        mode="enforce",
+        meter_provider=meter_provider or MeterProvider(),
+        logger_provider=logger_provider,
+    )
+    GuardSpanProcessor(mode="  ", logger_provider=logger_provider).shutdown()  # invalid_mode
+    provider = TracerProvider(resource=SENSITIVE_RESOURCE)
+    provider.add_span_processor(guard)
+    tracer = provider.get_tracer("agent")
+    with prompt_span(tracer, "p-1") as prompt:
+        for turn in range(4):
+            with prompt.batch() as batch:
+                for i in range(4):
+                    call = batch.start_call(f"c-{turn}-{i}", "run_shell")
+                    call.settle("error", "exit_nonzero")
+                    call.finish()
+                batch.record_input_drain()
+            guard.take_action("p-1")
+    guard.shutdown()
+    provider.shutdown()
+
+
+def test_the_guards_own_records_keep_their_attributes_and_lose_sensitive_resource_keys() -> None:
+    redacted = InMemoryLogRecordExporter()
+    raw = InMemoryLogRecordExporter()
+    provider = LoggerProvider(resource=SENSITIVE_RESOURCE)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(RedactingLogExporter(redacted)))
+    provider.add_log_record_processor(SimpleLogRecordProcessor(raw))
+    _guard_loop(provider)
+    provider.shutdown()
+    before, after = raw.get_finished_logs(), redacted.get_finished_logs()
+    assert {r.log_record.event_name for r in before} == {
+        TRANSITION_EVENT,
+        LOOP_EVENT,
+        DIAGNOSTIC_EVENT,
+    }
+    assert [(r.log_record.event_name, dict(r.log_record.attributes or {})) for r in after] == [
+        (r.log_record.event_name, dict(r.log_record.attributes or {})) for r in before
+    ]
+    assert all(set(r.resource.attributes) & SENSITIVE_RESOURCE_KEYS for r in before)
+    assert [dict(r.resource.attributes) for r in after] == [{"service.name": "agent"}] * len(after)
+
+
+def test_records_named_like_the_guards_by_other_code_are_redacted() -> None:
+    exporter = RedactingLogExporter(InMemoryLogRecordExporter(), export_bodies=True)
+    for name in (TRANSITION_EVENT, DIAGNOSTIC_EVENT, LOOP_EVENT):
         redacted = _redact(
             exporter,
-            lambda lg, n=name: lg.emit(event_name=n, attributes=attributes),
+            lambda lg, n=name: lg.emit(
+                event_name=n,
+                body="CnrySpoofBodyZq",
+                attributes={
+                    "diagnostic": "evicted",
+                    "gen_ai.tool.call.arguments": "CnrySpoofArgsZq",
+                    "exception.message": "CnrySpoofExcZq",
+                },
+            ),
             scope=SCOPE_NAME,
         )
-        assert redacted.log_record.event_name == name
-        assert dict(redacted.log_record.attributes or {}) == attributes
+        # The scope and event name are the guard's, the record is not: the GenAI policy applies.
+        assert dict(redacted.log_record.attributes or {}) == {}, name
+        assert redacted.log_record.body is None, name
+
+
+def test_no_sensitive_resource_key_reaches_the_receiver_on_any_signal(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    otel = install_guard(mode="enforce", resource=SENSITIVE_RESOURCE, set_global=False)
+    tracer = otel.tracer_provider.get_tracer("agent")
+    with prompt_span(tracer, "p-1") as prompt, prompt.batch() as batch:
+        call = batch.start_call("c-1", "run_shell")
+        call.settle("error", "exit_nonzero")
+        call.finish()
+        batch.record_input_drain()
+    otel.shutdown()
+    received = receiver.all_bytes()
+    assert all(received[path] for path in ("/v1/traces", "/v1/logs", "/v1/metrics"))
+    assert b"service.name" in received["/v1/metrics"]  # the resource itself is sent
+    leaks = [
+        (path, marker)
+        for path, data in received.items()
+        for marker in (b"CnryCmdZq", b"CnryExeZq", b"CnryOwnerZq", b"CnryArgZq")
+        if marker in data
+    ]
+    assert leaks == []
 
 
 def test_a_record_named_like_the_guards_from_another_scope_is_redacted() -> None:

@@ -160,8 +160,9 @@ class _NoLoggerProvider(NoOpLoggerProvider):
 
 
 class _LoopFailingLogger(NoOpLogger):
-    def emit(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("event_name") == LOOP_EVENT:
+    def emit(self, record: Any = None, **kwargs: Any) -> None:
+        name = kwargs.get("event_name") if record is None else record.event_name
+        if name == LOOP_EVENT:
             raise RuntimeError("loop sink down")
 
 

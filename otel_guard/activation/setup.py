@@ -13,10 +13,12 @@ see its docstring.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Literal, cast
 
@@ -54,9 +56,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.util._once import Once
 
 from otel_guard.guard.dispatch import guarded_tracer_provider
+from otel_guard.guard.mode import resolve_mode
 from otel_guard.guard.processor import GuardSpanProcessor
-from otel_guard.privacy.log_redaction import RedactingLogExporter
-from otel_guard.privacy.redaction import RedactingSpanExporter
+from otel_guard.privacy.log_redaction import RedactingLogExporter, _Discard
+from otel_guard.privacy.metric_redaction import RedactingMetricExporter
+from otel_guard.privacy.redaction import RedactingSpanExporter, _names
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -174,18 +178,26 @@ class GuardInstallation:
             self.meter_provider.shutdown()
 
 
+# The installation on each global tracer provider: a second call returns it. Only global
+# providers are entered, and those live as long as the process.
+_INSTALLED: weakref.WeakKeyDictionary[TracerProvider, GuardInstallation] = (
+    weakref.WeakKeyDictionary()
+)
+_INSTALL_LOCK = threading.RLock()
+
+
 def install_guard(
     *,
     mode: str | None = None,
     resource: Resource | None = None,
     protocol: str | None = None,
-    extra_keys: Iterable[str] = (),
-    extra_patterns: Iterable[str] = (),
+    extra_keys: Iterable[str] | None = (),
+    extra_patterns: Iterable[str] | None = (),
     allow_keys: Iterable[str] | None = None,
     pseudonym_key: bytes | str | None = None,
     set_global: bool = True,
-    span_processors: Iterable[SpanProcessor] = (),
-    metric_readers: Iterable[MetricReader] = (),
+    span_processors: Iterable[SpanProcessor] | None = (),
+    metric_readers: Iterable[MetricReader] | None = (),
     export_spans: bool | None = None,
     fused_dispatch: bool = True,
     export_log_bodies: bool | None = None,
@@ -232,17 +244,108 @@ def install_guard(
 
     * ``OTEL_SDK_DISABLED=true`` (case-insensitive) is honoured: nothing is built, no global
       provider is set, no guard runs, and the return value is None.
+    * **Once per provider.** With ``set_global`` (the default), a call made when the global
+      ``TracerProvider`` already carries a guard that ``install_guard`` (or the zero-code start)
+      put there returns that installation, builds and adds nothing, and ignores its own
+      arguments (a warning says so when its ``mode`` differs from the installed guard's). After
+      that installation's ``shutdown()`` a call installs anew. With ``set_global=False`` every
+      call builds its own providers, so no provider ever carries two guards.
+    * Every signal's export loses the resource's sensitive keys (process command line,
+      arguments, executable path, owner...): spans and log records through their redacting
+      exporters, metrics through a :class:`RedactingMetricExporter`; a ``MeterProvider`` built
+      here is given the redacted resource itself, so ``metric_readers`` (a Prometheus reader's
+      ``target_info``) see no more.
+    * Arguments: None is accepted for ``extra_keys``, ``extra_patterns``, ``span_processors``
+      and ``metric_readers`` (nothing given). A pattern of ``extra_patterns`` that is not a
+      valid regular expression raises ``ValueError``, and a ``pseudonym_key`` that is neither
+      bytes nor text ``TypeError``, before anything is built: they are the host's own
+      configuration and a guard that silently redacted less would be worse. ``mode`` never
+      raises (an invalid one gives ``shadow`` and the ``invalid_mode`` diagnostic). Unusable
+      ``OTEL_BSP_*`` values are logged and the SDK's defaults used, like other environment
+      settings.
 
     Call :meth:`GuardInstallation.shutdown` before the process exits to export what is buffered.
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"unsupported OTLP protocol {protocol!r}; use one of {PROTOCOLS}")
+    # Read once: every exporter gets the same names, even from a one-shot iterator.
+    extra_keys = _names(extra_keys)
+    extra_patterns = _names(extra_patterns)
+    allow_keys = None if allow_keys is None else _names(allow_keys)
+    # Checks the arguments (patterns, key) before anything is built, and redacts resources.
+    policy = RedactingSpanExporter(
+        _Discard(),
+        extra_keys=extra_keys,
+        extra_patterns=extra_patterns,
+        allow_keys=allow_keys,
+        pseudonym_key=pseudonym_key,
+    )
     if sdk_disabled():
         _logger.info("otel_guard: %s is true; no guard or provider installed", OTEL_SDK_DISABLED)
         return None
+    install = functools.partial(
+        _install,
+        mode=mode,
+        resource=resource,
+        protocol=protocol,
+        extra_keys=extra_keys,
+        extra_patterns=extra_patterns,
+        allow_keys=allow_keys,
+        pseudonym_key=pseudonym_key,
+        set_global=set_global,
+        span_processors=span_processors,
+        metric_readers=metric_readers,
+        export_spans=export_spans,
+        fused_dispatch=fused_dispatch,
+        export_log_bodies=export_log_bodies,
+        policy=policy,
+    )
+    if not set_global:
+        return install()
+    with _INSTALL_LOCK:
+        existing = trace.get_tracer_provider()
+        installed = _INSTALLED.get(existing) if isinstance(existing, TracerProvider) else None
+        if installed is not None and not installed._shutdown:
+            _already_installed(installed, mode)
+            return installed
+        installation = install()
+        if trace.get_tracer_provider() is installation.tracer_provider:
+            _INSTALLED[installation.tracer_provider] = installation
+        return installation
+
+
+def _already_installed(installed: GuardInstallation, mode: object) -> None:
+    if mode is not None and resolve_mode(mode).mode != installed.guard.mode:
+        _logger.warning(
+            "otel_guard: a guard is already installed on the global providers (mode %s); this "
+            "call returns it and its arguments, mode included, are not applied (shut the "
+            "installation down first to install anew)",
+            installed.guard.mode,
+        )
+    else:
+        _logger.info("otel_guard: a guard is already installed on the global providers")
+
+
+def _install(
+    *,
+    mode: str | None,
+    resource: Resource | None,
+    protocol: str | None,
+    extra_keys: tuple[str, ...],
+    extra_patterns: tuple[str, ...],
+    allow_keys: tuple[str, ...] | None,
+    pseudonym_key: bytes | str | None,
+    set_global: bool,
+    span_processors: Iterable[SpanProcessor] | None,
+    metric_readers: Iterable[MetricReader] | None,
+    export_spans: bool | None,
+    fused_dispatch: bool,
+    export_log_bodies: bool | None,
+    policy: RedactingSpanExporter,
+) -> GuardInstallation:
     if resource is None:
         resource = Resource.create()
-    readers = list(metric_readers)
+    readers = list(metric_readers or ())
     joined: set[Signal] = set()
 
     existing_meters = metrics.get_meter_provider() if set_global else None
@@ -259,10 +362,16 @@ def install_guard(
         for name in _exporter_names("metrics"):
             readers.append(
                 PeriodicExportingMetricReader(
-                    _metric_exporter(name, _protocol("metrics", protocol))
+                    RedactingMetricExporter(
+                        _metric_exporter(name, _protocol("metrics", protocol)),
+                        extra_keys=extra_keys,
+                        extra_patterns=extra_patterns,
+                    )
                 )
             )
-        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        meter_provider = MeterProvider(
+            resource=policy.redact_resource(resource), metric_readers=readers
+        )
 
     existing_loggers = _logs.get_logger_provider() if set_global else None
     if isinstance(existing_loggers, LoggerProvider):
@@ -309,7 +418,7 @@ def install_guard(
         # The guard comes first, with fused dispatch when asked: it is added here.
         tracer_provider = guarded_tracer_provider(guard, resource=resource, fused=fused_dispatch)
         own_path = True if export_spans is None else export_spans
-    owned: list[SpanProcessor] = [guard, *span_processors]
+    owned: list[SpanProcessor] = [guard, *(span_processors or ())]
     span_exporter: RedactingSpanExporter | None = None
     if own_path:
         for name in _exporter_names("traces"):
@@ -321,7 +430,7 @@ def install_guard(
                 pseudonym_key=pseudonym_key,
             )
             span_exporter = span_exporter or redacting
-            owned.append(BatchSpanProcessor(redacting))
+            owned.append(_batch_span_processor(redacting))
     for processor in owned:
         if processor is not guard or "traces" in joined:
             tracer_provider.add_span_processor(processor)
@@ -342,6 +451,27 @@ def install_guard(
         joined=frozenset(joined),
         owned_processors=owned,
     )
+
+
+def _batch_span_processor(exporter: SpanExporter) -> BatchSpanProcessor:
+    """A ``BatchSpanProcessor`` configured by ``OTEL_BSP_*``; with the SDK's defaults when those
+    are rejected (a negative queue size raises in the SDK): telemetry settings never stop the
+    agent."""
+    try:
+        return BatchSpanProcessor(exporter)
+    except ValueError as exc:
+        _logger.warning(
+            "otel_guard: the OTEL_BSP_* settings are not usable (%s); the SDK's defaults are used",
+            exc,
+        )
+        # The SDK's own defaults.
+        return BatchSpanProcessor(
+            exporter,
+            max_queue_size=2048,
+            schedule_delay_millis=5000,
+            max_export_batch_size=512,
+            export_timeout_millis=30000,
+        )
 
 
 def sdk_disabled() -> bool:

@@ -29,7 +29,13 @@ from typing import Final, Literal, NamedTuple, get_args
 
 from opentelemetry import context as context_api
 from opentelemetry import metrics, trace
-from opentelemetry._logs import Logger, LoggerProvider, SeverityNumber, get_logger_provider
+from opentelemetry._logs import (
+    Logger,
+    LoggerProvider,
+    LogRecord,
+    SeverityNumber,
+    get_logger_provider,
+)
 from opentelemetry.metrics import CallbackOptions, MeterProvider
 from opentelemetry.metrics import Observation as MetricObservation
 from opentelemetry.trace import NonRecordingSpan, SpanContext
@@ -71,6 +77,7 @@ __all__ = [
     "Transition",
     "batch_count_bucket",
     "decision_value",
+    "emitted_by_guard",
     "failure_count_bucket",
 ]
 
@@ -755,13 +762,15 @@ class GuardTelemetry:
                 else context_api.Context()
             )
             self._log.emit(
-                timestamp=timestamp,
-                observed_timestamp=observed_timestamp,
-                context=ctx,
-                severity_number=severity,
-                severity_text=severity.name,
-                attributes=attributes,
-                event_name=event_name,
+                _GuardRecord(
+                    timestamp=timestamp,
+                    observed_timestamp=observed_timestamp,
+                    context=ctx,
+                    severity_number=severity,
+                    severity_text=severity.name,
+                    attributes=attributes,
+                    event_name=event_name,
+                )
             )
         except Exception:
             return self._failed(event_name)
@@ -773,6 +782,20 @@ class GuardTelemetry:
         # Only the failing component is named, never the data: this text may reach a log file.
         _logger.debug("otel_guard: telemetry emission failed (%s)", what, exc_info=False)
         return False
+
+
+class _GuardRecord(LogRecord):
+    """A log record this module emitted. Its class is the mark by which the guard's own records
+    are told from a host's: a scope or event name can be chosen by any code, this class is only
+    instantiated here. The SDK's processors keep the record object (the batch processor a
+    shallow copy of it, of the same class); no encoder writes the class, so the mark never
+    reaches the wire."""
+
+
+def emitted_by_guard(record: LogRecord) -> bool:
+    """True when the guard's telemetry emitted ``record`` (a transition, loop event or
+    diagnostic): records named like the guard's by other code are not."""
+    return type(record) is _GuardRecord
 
 
 def _work(ref: weakref.ref[GuardTelemetry], wake: threading.Event) -> None:

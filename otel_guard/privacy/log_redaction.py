@@ -22,7 +22,7 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_guard.guard.telemetry import LOOP_EVENT, SCOPE_NAME
+from otel_guard.guard.telemetry import emitted_by_guard
 from otel_guard.privacy.redaction import (
     _OPERATION_NAME,
     REDACTED_SPAN_NAME,
@@ -41,7 +41,8 @@ LOG_BODIES_VARIABLE: Final = "OTEL_GUARD_EXPORT_LOG_BODIES"
 exported). GenAI records never keep their body."""
 
 GUARD_RECORD_PREFIX: Final = "acp.repeated_tool_failure_guard."
-"""Event names of the guard's own records (with ``acp.loop_detected``), exported unchanged."""
+"""The prefix of the guard's own event names (with ``acp.loop_detected``). A name only: records
+are recognised as the guard's by :func:`~otel_guard.guard.telemetry.emitted_by_guard`."""
 
 
 def log_bodies(explicit: bool | None = None) -> bool:
@@ -62,9 +63,12 @@ class _Discard(SpanExporter):
 class RedactingLogExporter(LogRecordExporter):
     """Wraps ``delegate`` and hands it redacted copies of the log records it is asked to export.
 
-    * The guard's own records (scope ``otel_guard``, event names ``acp.repeated_tool_failure_
-      guard.*`` and ``acp.loop_detected``) pass unchanged: they carry closed vocabularies only
-      (docs/contract.md section 5).
+    * The guard's own records pass with their attributes, body and names unchanged: they carry
+      closed vocabularies only (docs/contract.md section 5). They are recognised by the record
+      object the guard's telemetry emits
+      (:func:`~otel_guard.guard.telemetry.emitted_by_guard`), never by scope or event name, which
+      any code can choose: a record named like the guard's (scope ``otel_guard``, event
+      ``acp.repeated_tool_failure_guard.*``) by other code is redacted like any other.
     * A **GenAI record** (an event name or attribute key in a GenAI namespace, which includes
       :data:`~otel_guard.privacy.sensitive.GENAI_CONTENT_EVENTS`) keeps only allow-listed
       attributes whose values have their declared shape, and loses its body; its event name is
@@ -74,7 +78,8 @@ class RedactingLogExporter(LogRecordExporter):
       :data:`LOG_BODIES_VARIABLE` when it is None) says so; an event name that holds a removed
       value becomes ``redacted``.
 
-    Resources lose their sensitive keys; times, severity, trace context and scope are kept.
+    Resources lose their sensitive keys on every record, the guard's included; times, severity,
+    trace context and scope are kept.
     ``extra_keys``, ``extra_patterns``, ``allow_keys`` and ``pseudonym_key`` are as for
     :class:`RedactingSpanExporter` (give both exporters the same key so tool-name pseudonyms
     agree). ``export()`` never raises: a record that cannot be redacted is dropped and counted in
@@ -85,8 +90,8 @@ class RedactingLogExporter(LogRecordExporter):
         self,
         delegate: LogRecordExporter,
         *,
-        extra_keys: Iterable[str] = (),
-        extra_patterns: Iterable[str] = (),
+        extra_keys: Iterable[str] | None = (),
+        extra_patterns: Iterable[str] | None = (),
         allow_keys: Iterable[str] | None = None,
         pseudonym_key: bytes | str | None = None,
         export_bodies: bool | None = None,
@@ -122,10 +127,19 @@ class RedactingLogExporter(LogRecordExporter):
 
     def redact(self, record: ReadableLogRecord) -> ReadableLogRecord:
         """A redacted copy of ``record`` (the original is left untouched); the guard's own
-        records are returned as they are."""
+        records keep everything but their resource's sensitive keys."""
         log = record.log_record
-        if _is_guard_record(record):
-            return record
+        if emitted_by_guard(log):
+            # Closed vocabularies only (section 5): the record is kept, its resource is not.
+            resource = self._policy.redact_resource(record.resource)
+            if resource is record.resource:
+                return record
+            return ReadableLogRecord(
+                log_record=log,
+                resource=resource,
+                instrumentation_scope=record.instrumentation_scope,
+                limits=record.limits,
+            )
         attributes = log.attributes or {}
         genai = _is_genai(log.event_name, attributes)
         kept, removed = self._policy.redact_attributes(
@@ -185,14 +199,6 @@ class RedactingLogExporter(LogRecordExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._delegate.force_flush(timeout_millis)
-
-
-def _is_guard_record(record: ReadableLogRecord) -> bool:
-    scope = record.instrumentation_scope
-    if scope is None or scope.name != SCOPE_NAME:
-        return False
-    name = record.log_record.event_name or ""
-    return name == LOOP_EVENT or name.startswith(GUARD_RECORD_PREFIX)
 
 
 def _is_genai(event_name: str | None, attributes: Mapping[str, Any]) -> bool:

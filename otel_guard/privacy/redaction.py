@@ -84,9 +84,11 @@ class RedactingSpanExporter(SpanExporter):
 
     Also: the status description is dropped and the code kept; the resource loses its sensitive
     keys (process command line, arguments, executable path, owner); ``extra_keys`` and keys fully
-    matching ``extra_patterns`` are removed everywhere. With ``allow_keys`` the deployment's own
-    list replaces both policies: only the listed keys survive, on every span, besides the
-    pseudonyms and classified error types (a listed ``gen_ai.tool.name`` keeps the real name).
+    matching ``extra_patterns`` are removed everywhere (None is no keys or patterns; a pattern
+    that is not a valid regular expression raises ``ValueError`` naming it, here). With
+    ``allow_keys`` the deployment's own list replaces both policies: only the listed keys
+    survive, on every span, besides the pseudonyms and classified error types (a listed
+    ``gen_ai.tool.name`` keeps the real name).
     Context, parent, kind, times, scope, event times, link contexts and dropped counts are kept.
 
     ``export()`` never raises. A span that cannot be redacted is dropped, never exported as it
@@ -97,14 +99,14 @@ class RedactingSpanExporter(SpanExporter):
         self,
         delegate: SpanExporter,
         *,
-        extra_keys: Iterable[str] = (),
-        extra_patterns: Iterable[str] = (),
+        extra_keys: Iterable[str] | None = (),
+        extra_patterns: Iterable[str] | None = (),
         allow_keys: Iterable[str] | None = None,
         pseudonym_key: bytes | str | None = None,
     ) -> None:
         self._delegate = delegate
         extra_keys = frozenset(_names(extra_keys))
-        extra_patterns = _names(extra_patterns)
+        extra_patterns = _patterns(extra_patterns)
         self._allow = None if allow_keys is None else frozenset(_names(allow_keys))
         self._sensitive: KeyPredicate = SensitiveKeys(extra_keys, extra_patterns)
         self._extra: KeyPredicate = _ExtraKeys(extra_keys, extra_patterns)
@@ -473,9 +475,25 @@ def _holds(name: str, needles: list[str]) -> bool:
     return any(needle in lowered for needle in needles)
 
 
-def _names(names: Iterable[str]) -> tuple[str, ...]:
-    # A lone string is one name, not a sequence of one-letter keys.
+def _names(names: Iterable[str] | None) -> tuple[str, ...]:
+    # A lone string is one name, not a sequence of one-letter keys; None is no names.
+    if names is None:
+        return ()
     return (names,) if isinstance(names, str) else tuple(names)
+
+
+def _patterns(patterns: Iterable[str] | None) -> tuple[str, ...]:
+    """The deployment's key patterns, each checked here: a pattern that does not compile is a
+    configuration error the host must see when it starts, not a redaction that fails later."""
+    checked = _names(patterns)
+    for index, pattern in enumerate(checked):
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            raise ValueError(
+                f"extra_patterns[{index}] is not a valid regular expression: {exc}"
+            ) from None
+    return checked
 
 
 def _collect_strings(value: Any, into: list[str]) -> None:
