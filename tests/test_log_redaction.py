@@ -21,6 +21,7 @@ from otel_guard import GuardSpanProcessor, RedactingLogExporter, install_guard
 from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT, LOOP_EVENT, SCOPE_NAME, TRANSITION_EVENT
 from otel_guard.integrations.producer import prompt_span
 from otel_guard.privacy.log_redaction import LOG_BODIES_VARIABLE
+from otel_guard.privacy.redaction import MAX_NESTING
 from otel_guard.privacy.sensitive import GENAI_CONTENT_EVENTS
 
 # One canary per place the review found leaking.
@@ -273,3 +274,66 @@ def test_every_genai_content_event_loses_its_body() -> None:
         redacted = _redact(exporter, lambda lg, n=name: lg.emit(event_name=n, body="content"))
         assert redacted.log_record.body is None, name
         assert redacted.log_record.event_name == name
+
+
+def _exported(exporter: RedactingLogExporter, emit: Any) -> bytes:
+    return encode_logs([_redact(exporter, emit)]).SerializeToString()
+
+
+def test_deny_listed_keys_inside_map_attributes_are_removed() -> None:
+    exporter = RedactingLogExporter(InMemoryLogRecordExporter())
+    attributes = {
+        "request": {
+            "user.id": "CnryNestedUserZq",
+            "file.path": "/home/CnryNestedPathZq",
+            "http.route": "/items",
+        },
+        "steps": [{"exception.stacktrace": "CnryNestedStackZq", "step": 1}, "plain"],
+        "deep": {"a": {"b": {"c": {"exception.message": "CnryDeepZq", "count": 2}}}},
+    }
+    redacted = _redact(exporter, lambda lg: lg.emit(attributes=attributes))
+    assert dict(redacted.log_record.attributes or {}) == {
+        "request": {"http.route": "/items"},
+        "steps": ({"step": 1}, "plain"),  # attributes keep sequences as tuples
+        "deep": {"a": {"b": {"c": {"count": 2}}}},
+    }
+    data = _exported(exporter, lambda lg: lg.emit(attributes=attributes))
+    assert b"Cnry" not in data
+    assert b"/items" in data
+
+
+def test_a_genai_key_inside_a_map_makes_a_genai_record() -> None:
+    exporter = RedactingLogExporter(InMemoryLogRecordExporter(), export_bodies=True)
+
+    def emit(lg: Any) -> None:
+        lg.emit(
+            body="CnryBodyZq",
+            attributes={
+                "details": {"gen_ai.input.messages": "CnryNestedPromptZq"},
+                "note": "CnryNoteZq",
+            },
+        )
+
+    redacted = _redact(exporter, emit)
+    # Allow-list: neither the map nor the free-text key survives, nor the body.
+    assert dict(redacted.log_record.attributes or {}) == {}
+    assert redacted.log_record.body is None
+
+
+def test_maps_nested_deeper_than_the_bound_are_dropped() -> None:
+    exporter = RedactingLogExporter(InMemoryLogRecordExporter())
+    deep: dict[str, Any] = {"exception.message": "CnryTooDeepZq"}
+    for _ in range(MAX_NESTING + 1):
+        deep = {"level": deep}
+    redacted = _redact(exporter, lambda lg: lg.emit(attributes={"deep": deep, "kept": 1}))
+    assert b"Cnry" not in encode_logs([redacted]).SerializeToString()
+    assert dict(redacted.log_record.attributes or {})["kept"] == 1
+
+
+def test_an_opted_in_map_body_loses_deny_listed_keys() -> None:
+    exporter = RedactingLogExporter(InMemoryLogRecordExporter(), export_bodies=True)
+    redacted = _redact(
+        exporter,
+        lambda lg: lg.emit(body={"exception.stacktrace": "CnryBodyStackZq", "status": "ok"}),
+    )
+    assert redacted.log_record.body == {"status": "ok"}

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from otel_guard.guard.telemetry import emitted_by_guard
 from otel_guard.privacy.redaction import (
     _OPERATION_NAME,
+    MAX_NESTING,
     REDACTED_SPAN_NAME,
     RedactingSpanExporter,
     _holds,
@@ -75,8 +76,12 @@ class RedactingLogExporter(LogRecordExporter):
       kept only as a plain identifier.
     * **Every other record** loses the deny-listed attributes (``exception.message``,
       ``code.file.path``, ...); its body is exported only when ``export_bodies`` (or
-      :data:`LOG_BODIES_VARIABLE` when it is None) says so; an event name that holds a removed
-      value becomes ``redacted``.
+      :data:`LOG_BODIES_VARIABLE` when it is None) says so, and a body that is a map loses
+      deny-listed keys like the attributes; an event name that holds a removed value becomes
+      ``redacted``.
+    * Attribute values that are maps (or sequences of maps) are followed: every nested key is
+      judged as a top-level key would be, and a nested GenAI key makes a GenAI record, down to
+      :data:`~otel_guard.privacy.redaction.MAX_NESTING` levels (deeper maps are dropped).
 
     Resources lose their sensitive keys on every record, the guard's included; times, severity,
     trace context and scope are kept.
@@ -150,7 +155,7 @@ class RedactingLogExporter(LogRecordExporter):
             plain = _OPERATION_NAME.fullmatch(event_name) is not None
             if _holds(event_name, _needles(removed)) or (genai and not plain):
                 event_name = REDACTED_SPAN_NAME
-        body = None if genai or not self._bodies else log.body
+        body = None if genai or not self._bodies else self._policy.redact_nested(log.body)
         copy = LogRecord(
             timestamp=log.timestamp,
             observed_timestamp=log.observed_timestamp,
@@ -204,7 +209,23 @@ class RedactingLogExporter(LogRecordExporter):
 def _is_genai(event_name: str | None, attributes: Mapping[str, Any]) -> bool:
     if event_name and (event_name in GENAI_CONTENT_EVENTS or is_genai_key(event_name)):
         return True
-    return any(is_genai_key(key) for key in attributes)
+    return _holds_genai_key(attributes, 0)
+
+
+def _holds_genai_key(attributes: Mapping[str, Any], depth: int) -> bool:
+    """True when a key of ``attributes``, or of a map inside it (also in a sequence), is in a
+    GenAI namespace: ``{"details": {"gen_ai.input.messages": ...}}`` is a GenAI record."""
+    nested: list[Mapping[str, Any]] = []
+    for key, value in attributes.items():
+        if is_genai_key(key):
+            return True
+        if isinstance(value, Mapping):
+            nested.append(value)
+        elif isinstance(value, (list, tuple)):
+            nested.extend(item for item in value if isinstance(item, Mapping))
+    if depth >= MAX_NESTING:
+        return False
+    return any(_holds_genai_key(inner, depth + 1) for inner in nested)
 
 
 _LIVE: weakref.WeakSet[RedactingLogExporter] = weakref.WeakSet()

@@ -38,7 +38,13 @@ from otel_guard.privacy.sensitive import (
 )
 from otel_guard.spans import attributes as attr
 
-__all__ = ["MIN_NAME_MATCH_LENGTH", "REDACTED_SPAN_NAME", "KeyPredicate", "RedactingSpanExporter"]
+__all__ = [
+    "MAX_NESTING",
+    "MIN_NAME_MATCH_LENGTH",
+    "REDACTED_SPAN_NAME",
+    "KeyPredicate",
+    "RedactingSpanExporter",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -64,6 +70,8 @@ _MAX_JSON_LENGTH: Final = 65536  # longer JSON values are searched as text only
 _MAX_JSON_LEAVES: Final = 32
 _MIN_LEAF_LENGTH: Final = 6  # shorter strings inside JSON ("ls", "true") are too common in names
 _HEAD_LENGTH: Final = 12  # a name holding this much of a value's head holds a truncated copy
+MAX_NESTING: Final = 8
+"""Levels of maps inside maps (log attributes, bodies) the policy follows; deeper is dropped."""
 _DROP: Final = object()
 
 
@@ -247,6 +255,12 @@ class RedactingSpanExporter(SpanExporter):
         genai = genai and self._allow is None
         return self._filter(attributes, genai, removed, dropped), removed
 
+    def redact_nested(self, value: Any) -> Any:
+        """``value`` with the deny-list applied inside the maps it holds, as to attributes (a
+        log record's body); a string or number is returned as it is, None when too deep."""
+        exported = self._nested(value, False, [], 0)
+        return None if exported is _DROP else exported
+
     def redact_resource(self, resource: Resource) -> Resource:
         """``resource`` without its sensitive keys (the same object when it has none)."""
         return self._resource(resource)
@@ -258,16 +272,40 @@ class RedactingSpanExporter(SpanExporter):
         removed: list[str],
         dropped: int,
     ) -> BoundedAttributes:
-        kept: dict[str, Any] = {}
-        for key, value in (attributes or {}).items():
-            exported = self._value(key, value, genai)
-            if exported is not value:
-                _collect_strings(value, removed)
-            if exported is not _DROP:
-                kept[key] = exported
+        kept = self._map(attributes or {}, genai, removed, 0)
         bounded = BoundedAttributes(maxlen=None, attributes=kept, immutable=True)
         bounded.dropped = dropped
         return bounded
+
+    def _map(
+        self, attributes: Mapping[str, Any], genai: bool, removed: list[str], depth: int
+    ) -> dict[str, Any]:
+        """The kept part of ``attributes``. Log record attributes may hold maps (and sequences
+        of maps): every key of those is judged as a top-level key would be, down to
+        :data:`MAX_NESTING` levels, so ``{"details": {"exception.stacktrace": ...}}`` loses
+        what ``{"exception.stacktrace": ...}`` loses."""
+        kept: dict[str, Any] = {}
+        for key, value in attributes.items():
+            exported = self._value(key, value, genai)
+            if exported is not value:
+                _collect_strings(value, removed)
+            elif isinstance(value, (list, tuple, Mapping)):
+                exported = self._nested(value, genai, removed, depth)  # collects what it removes
+            if exported is not _DROP:
+                kept[key] = exported
+        return kept
+
+    def _nested(self, value: Any, genai: bool, removed: list[str], depth: int) -> Any:
+        """``value`` with the policy applied inside the maps it holds (``value`` itself when it
+        holds none)."""
+        if isinstance(value, Mapping):
+            if depth >= MAX_NESTING:
+                return _DROP
+            return self._map(value, genai, removed, depth + 1)
+        if isinstance(value, (list, tuple)) and any(isinstance(v, Mapping) for v in value):
+            items = [self._nested(item, genai, removed, depth) for item in value]
+            return [item for item in items if item is not _DROP]
+        return value
 
     def _value(self, key: str, value: Any, genai: bool) -> Any:
         """What is exported for ``key``: ``value`` itself, a rewritten value, or ``_DROP``."""
@@ -496,12 +534,19 @@ def _patterns(patterns: Iterable[str] | None) -> tuple[str, ...]:
     return checked
 
 
-def _collect_strings(value: Any, into: list[str]) -> None:
+def _collect_strings(value: Any, into: list[str], depth: int = 0) -> None:
     if isinstance(value, str):
         if value:
             into.append(value)
     elif isinstance(value, (list, tuple)):
         into.extend(v for v in value if isinstance(v, str) and v)
+        if depth < MAX_NESTING:
+            for item in value:
+                if isinstance(item, Mapping):
+                    _collect_strings(item, into, depth + 1)
+    elif isinstance(value, Mapping) and depth < MAX_NESTING:
+        for item in value.values():
+            _collect_strings(item, into, depth + 1)
 
 
 _LIVE: weakref.WeakSet[RedactingSpanExporter] = weakref.WeakSet()
