@@ -23,7 +23,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode, set_span_in_
 
 from otel_guard import RedactingSpanExporter
 from otel_guard.privacy.pseudonym import Pseudonymizer
-from otel_guard.privacy.redaction import REDACTED_SPAN_NAME
+from otel_guard.privacy.redaction import BATCH_SPAN_NAME, REDACTED_SPAN_NAME
 from otel_guard.privacy.sensitive import SENSITIVE_KEYS, is_genai_key, is_sensitive
 
 RESOURCE = Resource.create({"service.name": "agent", "deployment.environment.name": "test"})
@@ -522,7 +522,15 @@ def test_genai_spans_keep_classified_error_types_only(key: str, value: Any, expo
         ("chat gpt-x", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-x"},
          "chat gpt-x"),
         ("invoke_agent support bot", {"gen_ai.operation.name": "invoke_agent"}, "invoke_agent"),
-        ("tool_batch", {"acp.prompt.id": "p"}, "tool_batch"),
+        ("tool_batch", {"acp.prompt.id": "p", "acp.batch.admitted": 2}, BATCH_SPAN_NAME),
+        ("batch read_notes", {"acp.prompt.id": "p", "acp.batch.admitted": 2}, BATCH_SPAN_NAME),
+        # Never the span's own name, even a plain identifier.
+        ("tool_batch", {"acp.prompt.id": "p"}, REDACTED_SPAN_NAME),
+        ("read_notes", {"gen_ai.system": "openai"}, REDACTED_SPAN_NAME),
+        ("notes_agent", {"openinference.span.kind": "AGENT"}, "agent"),
+        ("read_notes", {"openinference.span.kind": "TOOL", "tool.name": "read_notes"}, "tool"),
+        ("notes_chain", {"openinference.span.kind": "CHAIN", "input.value": "x"}, "chain"),
+        ("notes_chain", {"openinference.span.kind": "NOTES"}, REDACTED_SPAN_NAME),
         ("running tool: RUN_SHELL", {"gen_ai.tool.name": "run_shell"}, REDACTED_SPAN_NAME),
         ("run_shell", {"gen_ai.tool.name": "run_shell"}, REDACTED_SPAN_NAME),
         ("agent run", {"logfire.msg": "agent run"}, REDACTED_SPAN_NAME),
@@ -545,10 +553,19 @@ def test_event_names_of_genai_spans_are_identifiers_holding_no_removed_value() -
         "execute_tool", attributes={"gen_ai.operation.name": "execute_tool",
                                     "gen_ai.tool.name": "read_notes"}
     ) as span:  # fmt: skip
-        for name in ("gen_ai.choice", "read_notes", "READ_NOTES done", "retry 2"):
+        for name in ("gen_ai.choice", "read_notes", "READ_NOTES done", "retry 2", "notes_read"):
             span.add_event(name)
+        span.add_event("exception", {"exception.type": "OSError"})
     _, out = p.one()
-    assert [e.name for e in out.events] == ["gen_ai.choice", "redacted", "redacted", "redacted"]
+    # Only the closed names of the conventions survive, identifier-shaped or not.
+    assert [e.name for e in out.events] == [
+        "gen_ai.choice",
+        "redacted",
+        "redacted",
+        "redacted",
+        "redacted",
+        "exception",
+    ]
 
 
 def test_sensitive_resource_attributes_are_dropped() -> None:

@@ -22,16 +22,20 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_guard.guard.telemetry import emitted_by_guard
+from otel_guard.guard.telemetry import (
+    DIAGNOSTIC_EVENT,
+    LOOP_EVENT,
+    TRANSITION_EVENT,
+    emitted_by_guard,
+)
 from otel_guard.privacy.redaction import (
-    _OPERATION_NAME,
     MAX_NESTING,
     REDACTED_SPAN_NAME,
     RedactingSpanExporter,
     _holds,
     _needles,
 )
-from otel_guard.privacy.sensitive import GENAI_CONTENT_EVENTS, is_genai_key
+from otel_guard.privacy.sensitive import GENAI_CONTENT_EVENTS, GENAI_EVENT_NAMES, is_genai_key
 
 __all__ = ["GUARD_RECORD_PREFIX", "LOG_BODIES_VARIABLE", "RedactingLogExporter", "log_bodies"]
 
@@ -73,7 +77,8 @@ class RedactingLogExporter(LogRecordExporter):
     * A **GenAI record** (an event name or attribute key in a GenAI namespace, which includes
       :data:`~otel_guard.privacy.sensitive.GENAI_CONTENT_EVENTS`) keeps only allow-listed
       attributes whose values have their declared shape, and loses its body; its event name is
-      kept only as a plain identifier.
+      kept only when it is one of the conventions' (or the guard's) closed names, else it
+      becomes ``redacted``.
     * **Every other record** loses the deny-listed attributes (``exception.message``,
       ``code.file.path``, ...); its body is exported only when ``export_bodies`` (or
       :data:`LOG_BODIES_VARIABLE` when it is None) says so, and a body that is a map loses
@@ -152,8 +157,10 @@ class RedactingLogExporter(LogRecordExporter):
         )
         event_name = log.event_name
         if event_name:
-            plain = _OPERATION_NAME.fullmatch(event_name) is not None
-            if _holds(event_name, _needles(removed)) or (genai and not plain):
+            if genai:
+                if event_name not in _GENAI_RECORD_NAMES:
+                    event_name = REDACTED_SPAN_NAME
+            elif _holds(event_name, _needles(removed)):
                 event_name = REDACTED_SPAN_NAME
         body = None if genai or not self._bodies else self._policy.redact_nested(log.body)
         copy = LogRecord(
@@ -227,6 +234,10 @@ def _holds_genai_key(attributes: Mapping[str, Any], depth: int) -> bool:
         return False
     return any(_holds_genai_key(inner, depth + 1) for inner in nested)
 
+
+# Closed names: the conventions', and the guard's (a record named like the guard's by other code
+# is a GenAI record by its acp. name, and keeps that name, never its attributes).
+_GENAI_RECORD_NAMES: Final = GENAI_EVENT_NAMES | {TRANSITION_EVENT, DIAGNOSTIC_EVENT, LOOP_EVENT}
 
 _LIVE: weakref.WeakSet[RedactingLogExporter] = weakref.WeakSet()
 

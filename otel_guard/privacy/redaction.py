@@ -28,7 +28,9 @@ from otel_guard.privacy.pseudonym import Pseudonymizer
 from otel_guard.privacy.sensitive import (
     CLASSIFIED_ERROR_TYPE,
     ERROR_TYPE_KEYS,
+    GENAI_EVENT_NAMES,
     MODEL_OPERATIONS,
+    OPENINFERENCE_SPAN_KINDS,
     PSEUDONYMOUS_KEYS,
     UNCLASSIFIED_ERROR_TYPE,
     AllowedKey,
@@ -39,6 +41,7 @@ from otel_guard.privacy.sensitive import (
 from otel_guard.spans import attributes as attr
 
 __all__ = [
+    "BATCH_SPAN_NAME",
     "MAX_NESTING",
     "MIN_NAME_MATCH_LENGTH",
     "REDACTED_SPAN_NAME",
@@ -54,10 +57,14 @@ KeyPredicate = Callable[[str], bool]
 REDACTED_SPAN_NAME: Final = "redacted"
 """The exported name of a span or event whose name could hold removed data."""
 
+BATCH_SPAN_NAME: Final = "tool_batch"
+"""The exported name of a section 3 batch span (``acp.batch.admitted``) without an operation
+name."""
+
 MIN_NAME_MATCH_LENGTH: Final = 3
 """Removed values shorter than this are not searched for in names (too many false hits)."""
 
-# Operation names, and the only names a GenAI span or event keeps without an operation name.
+# Operation names (the name of a GenAI span that has one).
 _OPERATION_NAME: Final = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 _WORD: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}")
 _MAX_TOOL_NAME_LENGTH: Final = 256
@@ -82,7 +89,10 @@ class RedactingSpanExporter(SpanExporter):
     :mod:`otel_guard.privacy.sensitive`: ``gen_ai.``, ``acp.``, pydantic-ai/logfire, OpenInference,
     OpenLLMetry, Langfuse, Vercel AI, Google ADK, MLflow, OpenLIT, MCP) keeps only the registry's
     allow-list, on the span, its events and its links; its name becomes its operation name (with
-    the model for model calls), and its event names survive only as plain identifiers.
+    the model for model calls), else its OpenInference span kind lower-cased, else
+    :data:`BATCH_SPAN_NAME` for a batch span, else :data:`REDACTED_SPAN_NAME`, never its own
+    name; its event names survive only when in
+    :data:`~otel_guard.privacy.sensitive.GENAI_EVENT_NAMES`.
     Every other span loses the registry's deny-list keys (case-insensitive) and any name that
     holds a removed value. Both keep what the guard's replay needs:
 
@@ -387,8 +397,13 @@ class RedactingSpanExporter(SpanExporter):
             operation = None
         if genai:
             if operation is None:
-                safe = _OPERATION_NAME.fullmatch(name) and not _holds(name, needles)
-                return name if safe else REDACTED_SPAN_NAME
+                # Never the span's own name, however plain: a closed name, or none.
+                kind = exported.get(attr.OPENINFERENCE_SPAN_KIND)
+                if isinstance(kind, str) and kind.upper() in OPENINFERENCE_SPAN_KINDS:
+                    return kind.lower()
+                if attr.BATCH_ADMITTED in exported:
+                    return BATCH_SPAN_NAME
+                return REDACTED_SPAN_NAME
             model = exported.get("gen_ai.request.model", exported.get("gen_ai.response.model"))
             if operation in MODEL_OPERATIONS and isinstance(model, str):
                 return f"{operation} {model}"
@@ -401,9 +416,9 @@ class RedactingSpanExporter(SpanExporter):
 
     @staticmethod
     def _event_name(name: str, genai: bool, needles: list[str]) -> str:
-        if _holds(name, needles) or (genai and not _OPERATION_NAME.fullmatch(name)):
-            return REDACTED_SPAN_NAME
-        return name
+        if genai:
+            return name if name in GENAI_EVENT_NAMES else REDACTED_SPAN_NAME
+        return REDACTED_SPAN_NAME if _holds(name, needles) else name
 
 
 class _ExtraKeys:

@@ -34,9 +34,11 @@ __all__ = [
     "GENAI_ALLOWED_KEYS",
     "GENAI_ALLOWED_PATTERNS",
     "GENAI_CONTENT_EVENTS",
+    "GENAI_EVENT_NAMES",
     "GENAI_MARKER_KEYS",
     "GENAI_NAMESPACES",
     "MODEL_OPERATIONS",
+    "OPENINFERENCE_SPAN_KINDS",
     "PSEUDONYMOUS_KEYS",
     "SENSITIVE_KEYS",
     "SENSITIVE_KEY_PATTERNS",
@@ -384,6 +386,30 @@ GENAI_CONTENT_EVENTS: Final[frozenset[str]] = frozenset(
 """Event names of the GenAI conventions whose records (or span events) carry content in their
 attributes or body. They are in the ``gen_ai.`` namespace, so :func:`is_genai_key` is true for
 each; they are listed for the log record exporter's documentation and tests."""
+
+GENAI_EVENT_NAMES: Final[frozenset[str]] = GENAI_CONTENT_EVENTS | {"exception"}
+"""The only event names a GenAI span's events (and a GenAI log record) are exported with; any
+other becomes ``redacted``. Closed names of the conventions carry no content, whereas a name an
+instrumentation made up may be built from it (``called read_file('/home/alice/...')``).
+``exception`` is the event the GenAI profile reads an error type from, so replay needs it."""
+
+OPENINFERENCE_SPAN_KINDS: Final[frozenset[str]] = frozenset(
+    {
+        "LLM",
+        "EMBEDDING",
+        "CHAIN",
+        "RETRIEVER",
+        "RERANKER",
+        "TOOL",
+        "AGENT",
+        "GUARDRAIL",
+        "EVALUATOR",
+        "PROMPT",
+        "UNKNOWN",
+    }
+)
+"""Values of ``openinference.span.kind``: a GenAI span without an operation name is exported
+named by its kind, lower-cased (``chain``, ``agent``)."""
 
 
 def is_genai_key(key: str) -> bool:
