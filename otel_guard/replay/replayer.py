@@ -42,6 +42,7 @@ from typing import Any, Final, cast
 
 from opentelemetry._logs import Logger
 from opentelemetry._logs import LoggerProvider as ApiLoggerProvider
+from opentelemetry._logs import LogRecord as APILogRecord
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics import MeterProvider
@@ -637,7 +638,7 @@ class _AuditLogger(Logger):
     """Checks each record as the guard emits it (:meth:`GuardReport.audit_record`) and keeps
     none: the replay's logger.
 
-    It sees what an SDK logger would hand :class:`TelemetryAudit`, without building the record:
+    It sees what an SDK logger would hand :class:`TelemetryAudit`, without the SDK's record:
     the SDK copies and validates each record's attributes, about 150,000 instructions a record
     and a tenth of a replay's CPU, for a record nothing exports.
     """
@@ -646,7 +647,7 @@ class _AuditLogger(Logger):
         super().__init__(name)
         self._report = report
 
-    def emit(  # the keyword form only: the guard emits no LogRecord
+    def emit(
         self,
         record: object = None,
         *,
@@ -660,8 +661,9 @@ class _AuditLogger(Logger):
         event_name: str | None = None,
         exception: BaseException | None = None,
     ) -> None:
-        if record is not None:
-            raise TypeError("the replay's audit logger takes keyword records only")
+        if record is not None:  # the guard's records: an API LogRecord, not yet the SDK's
+            fields = cast(APILogRecord, record)
+            event_name, body, attributes = fields.event_name, fields.body, fields.attributes
         self._report.audit_record(event_name, body, attributes)
 
     def enabled(self, **_: object) -> bool:
