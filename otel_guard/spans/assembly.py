@@ -103,6 +103,28 @@ _MAX_DROPPED_TRACES: Final = 4096
 _MAX_ENDED_SPANS: Final = 16384
 
 
+def _below(
+    span_id: int, links: Mapping[int, int | None], shields: set[int], memo: dict[int, bool]
+) -> bool:
+    """Whether ``span_id`` is below a span ``memo`` holds as True, through ``links`` (span ->
+    parent), not through a span of ``shields``; ``memo`` learns every span walked."""
+    path: list[int] = []
+    current: int | None = span_id
+    found = False
+    while current is not None:
+        known = memo.get(current)
+        if known is not None:
+            found = known
+            break
+        if current in shields or len(path) > len(links):
+            break  # a section 3 subtree, or a malformed parent cycle
+        path.append(current)
+        current = links.get(current)
+    for step in path:
+        memo[step] = found
+    return found
+
+
 class _Stand:
     """What is kept of a model-call or prompt span that may settle a batch: enough to stand for
     it in records and listener calls, none of its attributes."""
@@ -389,23 +411,10 @@ class InferredAssembly:
         the root are orphans too; the rest of the trace goes on."""
         links = trace.links
         memo: dict[int, bool] = {root_id: True}
+        no_shields: set[int] = set()  # a section 3 subtree below the root is below it too
 
         def below(span_id: int) -> bool:
-            path: list[int] = []
-            current: int | None = span_id
-            found = False
-            while current is not None:
-                known = memo.get(current)
-                if known is not None:
-                    found = known
-                    break
-                if len(path) > len(links):
-                    break  # a malformed parent cycle
-                path.append(current)
-                current = links.get(current)
-            for step in path:
-                memo[step] = found
-            return found
+            return _below(span_id, links, no_shields, memo)
 
         for key in [key for key in trace.pending if below(key)]:
             for prompt_span_id in trace.pending.pop(key):
@@ -475,21 +484,7 @@ class InferredAssembly:
         memo: dict[int, bool] = {prompt_span_id: True}
 
         def below(span_id: int) -> bool:
-            path: list[int] = []
-            current: int | None = span_id
-            found = False
-            while current is not None:
-                known = memo.get(current)
-                if known is not None:
-                    found = known
-                    break
-                if current in shields or len(path) > len(links):
-                    break  # a section 3 subtree, or a malformed parent cycle
-                path.append(current)
-                current = links.get(current)
-            for step in path:
-                memo[step] = found
-            return found
+            return _below(span_id, links, shields, memo)
 
         handed_over = any(links.get(shield) == prompt_span_id for shield in shields)
         calls = [call for call in trace.calls if below(call[2])]
