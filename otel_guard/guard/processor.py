@@ -335,7 +335,9 @@ class GuardSpanProcessor(SpanProcessor):
     def __init__(
         self,
         *,
-        mode: str | None = None,
+        # object, not str | None: the compiled build checks argument types, and a mode of
+        # another type is an invalid mode (shadow, the diagnostic), never an exception.
+        mode: object = None,
         meter_provider: MeterProvider | None = None,
         logger_provider: LoggerProvider | None = None,
         max_prompts: int = DEFAULT_MAX_PROMPTS,
