@@ -540,3 +540,57 @@ def test_unusable_batch_span_settings_are_logged_and_the_sdk_defaults_used(
     assert installation.span_exporter is not None
     assert "OTEL_BSP_* settings are not usable" in caplog.text
     installation.shutdown()
+
+
+# -- Python logging under the zero-code start ----------------------------------------------------
+
+LOGGING_AGENT = """
+import logging
+from otel_guard.activation.zero_code import installation
+logging.getLogger("agent.steps").warning(
+    "calling the tool with %s", CANARY, extra={"user.id": CANARY, "agent.step": "step-seven"}
+)
+logging.basicConfig(force=True)  # an agent that configures logging after the start
+logging.getLogger("agent.steps").warning("after basicConfig", extra={"agent.step": "step-eight"})
+run_agent()
+summary(installation())
+installation().shutdown()
+"""
+
+
+@pytest.mark.parametrize("bridged", [True, False])
+def test_the_zero_code_start_bridges_python_logging_redacted_when_asked(
+    tmp_path: Path, bridged: bool
+) -> None:
+    _instrument_available()
+    from test_wire import Receiver
+
+    receiver = Receiver()
+    receiver.start()
+    try:
+        _, stderr, summary = _run(
+            f"CANARY = {CANARY!r}\n" + LOGGING_AGENT,
+            {
+                "OTEL_PYTHON_DISTRO": "otel_guard",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                "OTEL_TRACES_EXPORTER": "none",
+                "OTEL_METRICS_EXPORTER": "none",
+                "OTEL_LOGS_EXPORTER": "otlp",
+                "OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED": " True " if bridged else "",
+                "PYTHONWARNINGS": "always::DeprecationWarning",
+            },
+            tmp_path,
+            instrument=True,
+        )
+    finally:
+        receiver.stop()
+    assert summary["installed"] and summary["guards"] == 1
+    received = b"".join(receiver.bodies["/v1/logs"])
+    assert b"acp.repeated_tool_failure_guard.transition" in received  # the guard's own records
+    # The agent's records, before and after logging.basicConfig(force=True), only when asked.
+    assert (b"step-seven" in received) is bridged
+    assert (b"step-eight" in received) is bridged
+    assert (
+        "OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED and the SDK's LoggingHandler" in stderr
+    ) is bridged
+    assert CANARY.encode() not in received  # neither the message's argument nor user.id
