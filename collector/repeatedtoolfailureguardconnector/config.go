@@ -7,10 +7,12 @@ import (
 )
 
 // Defaults of the configuration. They follow the Python guard's bounds (max_prompts, the
-// prompt TTL) and size the call data and the wait window for a collector of a gateway tier.
+// prompt TTL: DEFAULT_MAX_PROMPTS and DEFAULT_PROMPT_TTL_SECONDS of otel_guard), so the same
+// input gives the same decisions as `otel-guard replay`, and size the call data and the wait
+// window for a collector of a gateway tier.
 const (
 	defaultMaxPrompts   = 10000
-	defaultPromptTTL    = time.Hour
+	defaultPromptTTL    = 6 * time.Hour
 	defaultMaxCallBytes = 64 << 20
 	defaultWait         = 30 * time.Second
 
