@@ -448,6 +448,18 @@ def test_an_exception_leaving_the_batch_ends_it_and_propagates() -> None:
     assert p.diagnostic_counts() == {"late_span": 1}
 
 
+def test_an_exception_leaving_the_prompt_block_leaves_its_message_out_of_the_span() -> None:
+    p = Pipeline()
+    secret = "CnryErrorZq: permission denied for token sk-live-123"
+    with pytest.raises(PermissionError), prompt_span(p.tracer, "p1"):
+        raise PermissionError(secret)
+    (prompt,) = p.spans(attr.INVOKE_AGENT)
+    assert prompt.status.status_code.name == "ERROR"
+    assert prompt.status.description is None
+    assert not prompt.events
+    assert "CnryErrorZq" not in repr(prompt.to_json())
+
+
 def test_the_prompt_span_ends_the_guards_prompt_state() -> None:
     p = Pipeline()
     with prompt_span(p.tracer, "p1") as prompt:

@@ -614,3 +614,22 @@ def test_a_streamed_run_beside_pydantic_ais_instrumentation_is_decided_once(run:
         ]
         assert len(tools) == 4 * min(requests, 4)  # pydantic-ai's own, each exported once
         assert not any(k.startswith("acp.") for s in spans for k in (s.attributes or {}))
+
+
+def test_a_tool_exception_ending_the_run_leaves_its_message_out_of_the_exported_spans() -> None:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    secret = "CnryErrorZq: permission denied for token sk-live-123"
+    setup = Setup("shadow")
+    agent = Agent(FunctionModel(ScriptedModel(always_failing(1))), capabilities=[setup.capability])
+
+    @agent.tool_plain
+    def run_shell(command: str) -> str:
+        raise PermissionError(secret)  # not ModelRetry: it ends the run
+
+    with pytest.raises(PermissionError):
+        agent.run_sync("build it")
+    spans = setup.harness.span_exporter.get_finished_spans()
+    (prompt,) = [s for s in spans if s.name == "invoke_agent"]
+    assert prompt.status.status_code.name == "ERROR" and prompt.status.description is None
+    assert b"CnryErrorZq" not in encode_spans(spans).SerializeToString()

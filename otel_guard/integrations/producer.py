@@ -238,9 +238,16 @@ def prompt_span(
     the span ends, the guard discards the prompt's state and any pending action.
     """
     scope = start_prompt(tracer, prompt_id, route=route, channel=channel, name=name)
-    # Exception messages stay out of the span: they may carry paths or arguments.
-    with trace.use_span(scope.span, end_on_exit=True, record_exception=False):
-        yield scope
+    # Exception messages stay out of the span, as events and as the status description (which
+    # use_span would set to the message): they may carry paths, arguments or secrets.
+    with trace.use_span(
+        scope.span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+    ):
+        try:
+            yield scope
+        except Exception:  # as use_span: not GeneratorExit, KeyboardInterrupt, cancellation
+            scope.span.set_status(Status(StatusCode.ERROR))
+            raise
 
 
 def start_prompt(
