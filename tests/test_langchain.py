@@ -328,6 +328,49 @@ def test_each_run_is_a_fresh_prompt() -> None:
     assert len({e.prompt_id for e in setup.evaluations}) == 2
 
 
+def _prompt_calls(setup: Setup) -> dict[str, list[str]]:
+    """The call IDs of each prompt's tool-call spans, by prompt ID."""
+    spans = setup.harness.span_exporter.get_finished_spans()
+    prompts = {
+        s.context.span_id: str((s.attributes or {})["acp.prompt.id"])
+        for s in spans
+        if s.name == "invoke_agent"
+    }
+    batches = {
+        s.context.span_id: prompts[s.parent.span_id]
+        for s in spans
+        if s.name == "tool_batch" and s.parent is not None
+    }
+    found: dict[str, list[str]] = {p: [] for p in prompts.values()}
+    for span in spans:
+        if span.name.startswith("execute_tool") and span.parent is not None:
+            found[batches[span.parent.span_id]].append(
+                str((span.attributes or {})["gen_ai.tool.call.id"])
+            )
+    return found
+
+
+@pytest.mark.parametrize("thread", [False, True], ids=["history", "checkpointer"])
+def test_new_user_input_after_a_stop_is_a_fresh_prompt_without_the_stopped_calls(
+    thread: bool,
+) -> None:
+    setup = Setup("enforce")
+    model = ScriptedModel(script=failing)
+    agent = setup.agent(model, checkpointer=InMemorySaver() if thread else None)
+    config: dict[str, Any] = {"configurable": {"thread_id": "t1"}} if thread else {}
+    with pytest.raises(RepeatedToolFailureStopped) as raised:
+        _invoke(agent, **config)
+    model.script = lambda step, messages: []  # the model answers the new input
+    new_input = {"role": "user", "content": "use the other build script"}
+    history = [] if thread else raised.value.messages
+    result = agent.invoke({"messages": [*history, new_input]}, {"recursion_limit": 100, **config})
+    assert result["messages"][-1].content == "giving up"
+    # The stopped response's calls ran in the first prompt: the second one has no batch.
+    first, second = _prompt_calls(setup).values()
+    assert len(first) == 10 and second == []
+    assert [e.prompt_id for e in setup.evaluations] == [raised.value.prompt_id] * 5
+
+
 def test_a_channel_prompt_is_never_guarded() -> None:
     setup = Setup("enforce", channel=True)
     model = ScriptedModel(script=failing)

@@ -164,7 +164,8 @@ class RepeatedToolFailureMiddleware(AgentMiddleware[GuardState, Any, Any]):
 
     def before_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         prompt_id = str(uuid.uuid4())
-        started = quietly(_logger, lambda: self._start(prompt_id))
+        earlier = _last_ai(state.get("messages", ()))
+        started = quietly(_logger, lambda: self._start(prompt_id, earlier))
         return None if started is None else {_KEY: prompt_id}
 
     async def abefore_agent(
@@ -181,9 +182,14 @@ class RepeatedToolFailureMiddleware(AgentMiddleware[GuardState, Any, Any]):
     async def aafter_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.after_agent(state, runtime)
 
-    def _start(self, prompt_id: str) -> bool:
+    def _start(self, prompt_id: str, earlier: AIMessage | None) -> bool:
         prompt = start_prompt(self._tracer, prompt_id, route=self.route, channel=self.channel)
-        for evicted in self._runs.add(prompt_id, _Run(prompt)):
+        run = _Run(prompt)
+        # The latest response of the history the run starts from (a checkpointed thread, or a
+        # stopped run's messages passed back) belongs to an earlier prompt: its calls are not
+        # a batch of this one.
+        run.evaluated = None if earlier is None else earlier.id
+        for evicted in self._runs.add(prompt_id, run):
             self._end(evicted, None)
         return True
 
