@@ -88,9 +88,13 @@ class Harness:
         queued: Any = False,
         reliable: Any = True,
         batch_attributes: Mapping[str, Any] | None = None,
+        end_attributes: Mapping[str, Any] | None = None,
         leave_open: int = 0,
     ) -> list[Span]:
-        """Emit one batch span with its tool-call children; returns spans left open (late)."""
+        """Emit one batch span with its tool-call children; returns spans left open (late).
+
+        ``batch_attributes`` are set at the batch span's start, ``end_attributes`` just before
+        it ends."""
         context = set_span_in_context(parent) if parent is not None else None
         start_attributes: dict[str, Any] = {"acp.prompt.id": prompt_id}
         start_attributes.update(batch_attributes or {})
@@ -117,6 +121,8 @@ class Harness:
         ):
             if value is not None:
                 batch_span.set_attribute(key, value)
+        if end_attributes:
+            batch_span.set_attributes(dict(end_attributes))
         batch_span.end()
         return late
 

@@ -14,8 +14,10 @@ from otel_guard import BatchEvaluation, GuardAction, GuardSpanProcessor
 from otel_guard.guard.mode import MODE_ENV_VAR
 from otel_guard.guard.telemetry import (
     DIAGNOSTIC_EVENT,
+    DIAGNOSTICS_METRIC,
     LOOP_EVENT,
     METRIC_ATTRIBUTE_VALUES,
+    OBSERVATIONS_METRIC,
     TRANSITION_EVENT,
     batch_count_bucket,
     failure_count_bucket,
@@ -202,6 +204,39 @@ def test_channel_and_non_interactive_prompts_emit_nothing(
     assert actions == [None] * 4
     assert h.points() == []
     assert h.logs() == []
+
+
+@pytest.mark.parametrize("marker_on", ["prompt", "batch start", "batch end"])
+def test_late_and_overflowing_calls_of_an_opted_out_prompt_emit_nothing(marker_on: str) -> None:
+    # Section 3: every prompt that is not interactive is off, "no telemetry at all"; the
+    # diagnostics of its batches (a late frame, too many calls) are no exception.
+    h = Harness(mode="enforce", max_calls_per_batch=2)
+    marker = {"acp.prompt.route": "cron"}
+    prompt = h.start_prompt("p", route="cron") if marker_on == "prompt" else None
+    at_start = marker if marker_on == "batch start" else None
+    at_end = marker if marker_on == "batch end" else None
+    h.batch("p", [FAIL] * 2, parent=prompt, batch_attributes=at_start, end_attributes=at_end)
+    late = h.batch("p", [FAIL] * 2, parent=prompt, batch_attributes=at_start, leave_open=1)
+    late[0].end()  # a late frame of an opted-out batch
+    h.batch("p", [FAIL] * 3, parent=prompt, batch_attributes=at_start, admitted=3)  # overflows
+    assert h.guard.take_action("p") is None
+    assert h.points() == [] and h.points(DIAGNOSTICS_METRIC) == []
+    assert h.points(OBSERVATIONS_METRIC) == []
+    assert h.logs() == []
+    assert h.guard.diagnostics() == {}
+
+
+def test_an_open_batch_of_an_opted_out_prompt_dropped_to_a_bound_is_counted_but_not_named() -> None:
+    h = Harness(mode="shadow", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
+    off = h.tracer.start_span(
+        "tool_batch", attributes={"acp.prompt.id": "off", "acp.prompt.route": "notification"}
+    )
+    h.tool_span(FAIL, set_span_in_context(off)).end()
+    for i in range(5):  # never end: the first of them pushes the opted-out batch out
+        h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": f"x{i}"})
+    assert h.guard.diagnostics() == {"evicted": 1}
+    (record,) = h.logs(DIAGNOSTIC_EVENT)
+    assert dict(record.log_record.attributes or {}) == {"diagnostic": "evicted"}
 
 
 def test_interactive_prompt_with_explicit_route_is_guarded() -> None:

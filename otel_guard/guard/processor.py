@@ -222,11 +222,13 @@ _CallRecord = tuple[int, int, Observation, int]
 
 
 class _OpenBatch:
-    __slots__ = ("bytes", "calls", "missing", "overflow", "prompt_id", "span_id")
+    __slots__ = ("bytes", "calls", "missing", "off", "overflow", "prompt_id", "span_id")
 
-    def __init__(self, prompt_id: str, span_id: int) -> None:
+    def __init__(self, prompt_id: str, span_id: int, off: bool = False) -> None:
         self.prompt_id = prompt_id
         self.span_id = span_id
+        # The batch span opted its prompt out at its start: nothing it does is reported.
+        self.off = off
         # The tool calls that ended under this batch: read once, when the batch ends, in call
         # start order.
         self.calls: list[_CallRecord] = []
@@ -491,7 +493,7 @@ class GuardSpanProcessor(SpanProcessor):
             if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
                 self._start_prompt(span, prompt_id, attributes)
             else:
-                self._start_batch(span, prompt_id)
+                self._start_batch(span, prompt_id, attributes)
         except Exception:
             self._internal_error()
 
@@ -647,11 +649,30 @@ class GuardSpanProcessor(SpanProcessor):
         if prompt_id in self._dropped:
             self._dropped[prompt_id] = False
 
-    def _start_batch(self, span: Span, prompt_id: str) -> None:
+    def _known_off(self, prompt_id: str) -> bool:
+        """Whether a fact kept of the prompt ID says it opted out; under the lock. An opted-out
+        prompt gets no telemetry at all, so diagnostics about its spans are not emitted."""
+        prompt = self._prompts.get(prompt_id)
+        if prompt is not None and not prompt.guarded:
+            return True
+        life = self._lives.get(prompt_id)
+        if life is not None and not life.guarded:
+            return True
+        lost = self._lost_open.get(prompt_id)
+        if lost is not None and not lost[1]:
+            return True
+        return self._dropped.get(prompt_id) is False
+
+    def _batch_off(self, batch: _OpenBatch) -> bool:
+        """Whether an open batch belongs to an opted-out prompt, as far as is known now."""
+        return batch.off or self._known_off(batch.prompt_id)
+
+    def _start_batch(self, span: Span, prompt_id: str, attributes: Mapping[str, Any]) -> None:
         tracked = self._tracked
         span_id = span.context[_SPAN_ID]
+        off = _opted_out(attributes)
         with self._lock:
-            tracked[span_id] = _OpenBatch(prompt_id, span_id)
+            tracked[span_id] = _OpenBatch(prompt_id, span_id, off)
             if len(tracked) <= self._max_tracked:
                 return
             out: list[_Emission] = []
@@ -673,7 +694,9 @@ class GuardSpanProcessor(SpanProcessor):
                 evicted.popitem(last=False)
             if type(oldest) is _OpenBatch:
                 self._release(oldest)
-                out.append(("diagnostic", "evicted", oldest.prompt_id, None))
+                # Counted as any drop, but an opted-out prompt is never named.
+                reported = None if self._batch_off(oldest) else oldest.prompt_id
+                out.append(("diagnostic", "evicted", reported, None))
             elif type(oldest) is _PromptSpan:
                 self._forget_prompt_span(oldest.prompt_id)
 
@@ -760,7 +783,7 @@ class GuardSpanProcessor(SpanProcessor):
                 return
         elif evicted or _BATCH_ADMITTED not in attributes:
             return  # a batch span lost to the bound, or a span that only names its prompt
-        if not _opted_out(attributes):
+        if not _opted_out(attributes) and not self._known_off(key):
             out.append(("diagnostic", "missing_attribute", key, context))
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
@@ -800,10 +823,13 @@ class GuardSpanProcessor(SpanProcessor):
                         self._shed_call_data(out)
                 else:
                     batch.overflow = True  # incomplete; the calls kept so far stay for listeners
-                    out = [("diagnostic", "batch_overflow", batch.prompt_id, context)]
+                    if not self._batch_off(batch):  # an opted-out prompt has no telemetry
+                        out = [("diagnostic", "batch_overflow", batch.prompt_id, context)]
                 genai = bool(self._genai_open)  # still a link of a watched trace
             elif parent_id is not None and parent_id in self._ended_batches:
-                out = [("diagnostic", "late_span", self._ended_batches[parent_id], context)]
+                owner = self._ended_batches[parent_id]
+                if not self._known_off(owner):  # an opted-out prompt has no telemetry
+                    out = [("diagnostic", "late_span", owner, context)]
                 genai = bool(self._genai_open)
             else:
                 genai = True  # an inferred profile's tool call, or an orphan
@@ -822,7 +848,9 @@ class GuardSpanProcessor(SpanProcessor):
             # Its bytes are not read again: an overflowed batch never keeps another call, and
             # _release skips a batch without calls.
             victim.calls = []
-            out.append(("diagnostic", "batch_overflow", victim.prompt_id, None))
+            # Counted as any drop, but an opted-out prompt is never named.
+            reported = None if self._batch_off(victim) else victim.prompt_id
+            out.append(("diagnostic", "batch_overflow", reported, None))
 
     def _release(self, batch: _OpenBatch) -> None:
         """Give back the byte budget of a batch that ended or was evicted: nothing reads it
