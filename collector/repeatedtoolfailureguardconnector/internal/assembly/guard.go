@@ -6,7 +6,10 @@
 //
 // Each span is classified from the attributes it ended with, and a tool or model call belongs
 // to the outermost prompt span above it in its trace, found through the parent chain whatever
-// the order the spans ended in (docs/contract.md, [12-02]).
+// the order the spans ended in (docs/contract.md, [12-02]). As in otel_guard/spans/assembly.py,
+// an inferred prompt is settled whole when its trace's local root ends: its batches are
+// decided then, from the calls and model calls that had ended by that moment, and a span that
+// ends after its local root is an orphan the guard never reads.
 //
 // Not safe for concurrent use: the connector calls it under its own lock.
 package assembly // import "github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/assembly"
@@ -61,6 +64,7 @@ type life struct {
 
 type call struct {
 	start   uint64
+	end     uint64 // of an inferred call: a call still running when its batch settled is late
 	arrival int
 	obs     reducer.Observation
 	spanID  pcommon.SpanID
@@ -75,20 +79,14 @@ type openBatch struct {
 	overflow bool
 }
 
-type inferredBatch struct {
-	startedAt uint64
-	calls     []call
-	openTools int
-	overflow  bool
-	settled   bool
-}
-
+// genaiPrompt is an inferred prompt (sections 3b, 3c) of one trace part: its outermost
+// prompt span and the tool and model calls below it.
 type genaiPrompt struct {
 	id      string
 	profile spans.Profile
-	spanID  pcommon.SpanID
-	batch   *inferredBatch
-	ended   bool
+	span    *spans.Span
+	tools   []*spans.Span
+	models  []*spans.Span
 }
 
 type spanKey struct {
@@ -99,13 +97,15 @@ type spanKey struct {
 // Guard is the guard's state across traces: prompts, the facts of dropped prompts, and the
 // batch spans that ended recently.
 type Guard struct {
-	cfg       Config
-	prompts   *ordered[string, *prompt]
-	idle      *ordered[string, struct{}]
-	lives     map[string]*life
-	genaiOpen map[string]int
-	dropped   *ordered[string, bool]
-	ended     *ordered[spanKey, string]
+	cfg     Config
+	prompts *ordered[string, *prompt]
+	idle    *ordered[string, struct{}]
+	lives   map[string]*life
+	dropped *ordered[string, bool]
+	ended   *ordered[spanKey, string]
+	// Inferred prompts settled, by ID: their prompt span's start and end, so that two open at
+	// once with one ID are a collision (bounded, oldest first).
+	settled *ordered[string, [2]uint64]
 
 	// OnEvaluation, when set, receives every evaluated batch.
 	OnEvaluation func(Evaluation)
@@ -129,13 +129,13 @@ func New(cfg Config) *Guard {
 		cfg.BatchThreshold = reducer.BatchThreshold
 	}
 	return &Guard{
-		cfg:       cfg,
-		prompts:   newOrdered[string, *prompt](),
-		idle:      newOrdered[string, struct{}](),
-		lives:     map[string]*life{},
-		genaiOpen: map[string]int{},
-		dropped:   newOrdered[string, bool](),
-		ended:     newOrdered[spanKey, string](),
+		cfg:     cfg,
+		prompts: newOrdered[string, *prompt](),
+		idle:    newOrdered[string, struct{}](),
+		lives:   map[string]*life{},
+		dropped: newOrdered[string, bool](),
+		ended:   newOrdered[spanKey, string](),
+		settled: newOrdered[string, [2]uint64](),
 	}
 }
 
@@ -153,11 +153,12 @@ type trace struct {
 	byID     map[pcommon.SpanID]*spans.Span
 	kinds    map[*spans.Span]spans.Kind
 	children map[pcommon.SpanID][]*spans.Span
-	// the prompt of each prompt span, and of each call, by span
-	promptOf   map[*spans.Span]*genaiPrompt
+	// the inferred prompts, by the index of the event that settles them
+	settleAt   map[int][]*genaiPrompt
 	batches    map[pcommon.SpanID]*openBatch
-	toolBatch  map[*spans.Span]*inferredBatch
 	promptSpan map[*spans.Span]string // acp prompt spans being tracked -> prompt ID
+	// endAt is the index of each span's end event: what had ended before a prompt settled
+	endAt map[*spans.Span]int
 }
 
 // Replay runs one trace part (its spans in the order read) through the guard and returns what
@@ -169,10 +170,10 @@ func (g *Guard) Replay(part []*spans.Span) telemetry.Output {
 		byID:       make(map[pcommon.SpanID]*spans.Span, len(part)),
 		kinds:      make(map[*spans.Span]spans.Kind, len(part)),
 		children:   map[pcommon.SpanID][]*spans.Span{},
-		promptOf:   map[*spans.Span]*genaiPrompt{},
+		settleAt:   map[int][]*genaiPrompt{},
 		batches:    map[pcommon.SpanID]*openBatch{},
-		toolBatch:  map[*spans.Span]*inferredBatch{},
 		promptSpan: map[*spans.Span]string{},
+		endAt:      make(map[*spans.Span]int, len(part)),
 	}
 	for _, s := range part {
 		if !s.SpanID.IsEmpty() {
@@ -188,11 +189,20 @@ func (g *Guard) Replay(part []*spans.Span) telemetry.Output {
 			t.children[s.ParentID] = append(t.children[s.ParentID], s)
 		}
 	}
+	events := Events(part, t.byID)
+	for i, ev := range events {
+		if ev.IsEnd {
+			t.endAt[ev.Span] = i
+		}
+	}
 	g.lineage(t, part)
-	for _, ev := range Events(part, t.byID) {
+	for i, ev := range events {
 		g.resource = ev.Span.Resource
 		if ev.IsEnd {
 			g.end(t, ev)
+			for _, p := range t.settleAt[i] {
+				g.settlePrompt(t, p, i, ev.Time)
+			}
 		} else {
 			g.start(t, ev)
 		}
@@ -246,11 +256,44 @@ func (g *Guard) lineage(t *trace, part []*spans.Span) {
 			if t.kinds[outer] == spans.OIPrompt {
 				profile = spans.ProfileOpenInference
 			}
-			p = &genaiPrompt{id: spans.GenAIPromptID(outer, profile == spans.ProfileOpenInference), profile: profile, spanID: outer.SpanID}
+			p = &genaiPrompt{id: spans.GenAIPromptID(outer, profile == spans.ProfileOpenInference), profile: profile, span: outer}
 			prompts[outer] = p
 		}
-		t.promptOf[s] = p
+		switch k {
+		case spans.ModelCall:
+			p.models = append(p.models, s)
+		case spans.GenAITool:
+			p.tools = append(p.tools, s)
+		}
 	}
+	// Each prompt settles when the local root above it ends (the prompt span itself when it is
+	// the root), in the order the prompt spans ended; one that ended after its root never does.
+	ordered := make([]*genaiPrompt, 0, len(prompts))
+	for _, p := range prompts {
+		ordered = append(ordered, p)
+	}
+	sort.Slice(ordered, func(i, j int) bool { return t.endAt[ordered[i].span] < t.endAt[ordered[j].span] })
+	for _, p := range ordered {
+		at := t.endAt[localRoot(t, p.span)]
+		if t.endAt[p.span] <= at {
+			t.settleAt[at] = append(t.settleAt[at], p)
+		}
+	}
+}
+
+// localRoot is the span at the top of s's parent chain in this trace part: one without a
+// parent, under a remote parent, or whose parent is not in the part.
+func localRoot(t *trace, s *spans.Span) *spans.Span {
+	seen := map[pcommon.SpanID]bool{s.SpanID: true}
+	for !s.ParentID.IsEmpty() && !s.RemoteParent {
+		parent := t.byID[s.ParentID]
+		if parent == nil || seen[parent.SpanID] {
+			break
+		}
+		seen[parent.SpanID] = true
+		s = parent
+	}
+	return s
 }
 
 // handedOver: a GenAI prompt span with a section 3 prompt span as a direct child is read
@@ -273,39 +316,6 @@ func (g *Guard) start(t *trace, ev Event) {
 		t.promptSpan[s] = id
 	case spans.ACPBatch:
 		t.batches[s.SpanID] = &openBatch{promptID: g.promptID(s)}
-	case spans.GenAIPrompt, spans.OIPrompt:
-		p := t.promptOf[s]
-		if p == nil || p.spanID != s.SpanID {
-			return
-		}
-		p.batch = &inferredBatch{startedAt: s.Start}
-		g.Prompts++
-		g.genaiOpen[p.id]++
-		if l := g.lives[p.id]; l != nil {
-			// A prompt span of another profile is open with this ID: a collision.
-			g.collide(p.id, l, true, s)
-		}
-		if g.genaiOpen[p.id] == 1 && g.lives[p.id] == nil {
-			g.discard(p.id) // a new prompt span: a fresh prompt
-			g.admit(p.id, &prompt{guarded: true, state: rebuilt(), lastSeen: ev.Time}, ev.Time)
-		}
-	case spans.ModelCall:
-		p := t.promptOf[s]
-		if p == nil || p.batch == nil {
-			return
-		}
-		g.settle(p, s, ev.Time)
-		p.batch = &inferredBatch{startedAt: s.Start}
-	case spans.GenAITool, spans.ACPTool:
-		if g.acpCall(t, s) {
-			return
-		}
-		p := t.promptOf[s]
-		if p == nil || p.batch == nil {
-			return
-		}
-		p.batch.openTools++
-		t.toolBatch[s] = p.batch
 	}
 }
 
@@ -351,41 +361,9 @@ func (g *Guard) end(t *trace, ev Event) {
 			delete(t.batches, s.SpanID)
 			g.endBatch(s, b, ev.Time)
 		}
-	case spans.GenAIPrompt, spans.OIPrompt:
-		p := t.promptOf[s]
-		if p == nil || p.spanID != s.SpanID || p.batch == nil || p.ended {
-			return
-		}
-		g.settle(p, s, ev.Time)
-		p.ended = true
-		g.genaiOpen[p.id]--
-		if g.genaiOpen[p.id] <= 0 {
-			delete(g.genaiOpen, p.id)
-			if g.lives[p.id] == nil {
-				g.discard(p.id)
-			}
-		}
 	case spans.GenAITool, spans.ACPTool:
 		if g.acpCall(t, s) {
 			g.keepCall(t, s)
-			return
-		}
-		b := t.toolBatch[s]
-		p := t.promptOf[s]
-		if b == nil || p == nil {
-			return
-		}
-		delete(t.toolBatch, s)
-		b.openTools--
-		if b.settled || p.ended {
-			g.diag(telemetry.DiagLateSpan, p.id, s.TraceID, s.SpanID)
-			return
-		}
-		if len(b.calls) < g.cfg.MaxCallsPerBatch {
-			b.calls = append(b.calls, call{start: s.Start, arrival: len(b.calls), spanID: s.SpanID, obs: inferredObservation(s)})
-		} else if !b.overflow {
-			b.overflow = true
-			g.diag(telemetry.DiagBatchOverflow, p.id, s.TraceID, s.SpanID)
 		}
 	}
 }
@@ -415,16 +393,6 @@ func (g *Guard) startPrompt(s *spans.Span, id string, now uint64) {
 	}
 	l := &life{open: 1, guarded: guarded}
 	g.lives[id] = l
-	if g.genaiOpen[id] > 0 {
-		// A prompt span of another profile is open with this ID: a collision.
-		l.open++ // the other profile's span holds the state until it ends too
-		g.collide(id, l, guarded, s)
-		l.open--
-		if p, ok := g.prompts.Get(id); ok {
-			p.guarded = p.guarded && guarded
-		}
-		return
-	}
 	g.dropped.Delete(id)
 	g.discard(id)
 	g.admit(id, &prompt{guarded: guarded, state: reducer.Initial(), lastSeen: now}, now)
@@ -450,9 +418,6 @@ func (g *Guard) endPromptSpan(id string) {
 			return
 		}
 		delete(g.lives, id)
-	}
-	if g.genaiOpen[id] > 0 {
-		return
 	}
 	g.discard(id)
 }
@@ -609,27 +574,125 @@ func (g *Guard) endBatch(s *spans.Span, b *openBatch, now uint64) {
 
 // -- inferred batches (sections 3b, 3c) ----------------------------------------------------
 
-func (g *Guard) settle(gp *genaiPrompt, s *spans.Span, now uint64) {
-	b := gp.batch
-	if b.settled || gp.ended {
-		return
-	}
-	b.settled = true
-	if len(b.calls) == 0 && b.openTools == 0 && !b.overflow {
-		return // no tool call since the last model call: not a batch
-	}
-	sortCalls(b.calls)
-	seen := map[string]bool{}
-	observations := make([]reducer.Observation, 0, len(b.calls))
-	for _, c := range b.calls {
-		if seen[c.obs.CallID] {
-			g.diag(telemetry.DiagDuplicateSpan, gp.id, s.TraceID, c.spanID)
-			continue
+// settlePrompt decides an inferred prompt whole, when its local root ended (the event at
+// index at, at time now), as otel_guard/spans/assembly.py settles it and the processor reads
+// its PromptStarted, BatchSettled and PromptEnded events.
+func (g *Guard) settlePrompt(t *trace, gp *genaiPrompt, at int, now uint64) {
+	var tools, models []call
+	for _, s := range gp.tools {
+		if t.endAt[s] < at {
+			tools = append(tools, call{start: s.Start, end: endOf(s), arrival: t.endAt[s], spanID: s.SpanID, obs: inferredObservation(s)})
 		}
-		seen[c.obs.CallID] = true
-		observations = append(observations, c.obs)
 	}
-	complete := b.openTools == 0 && !b.overflow
+	for _, s := range gp.models {
+		if t.endAt[s] < at {
+			models = append(models, call{start: s.Start, arrival: t.endAt[s], spanID: s.SpanID})
+		}
+	}
+	sortCalls(tools)
+	sortCalls(models)
+	g.Prompts++
+	ps := gp.span
+	g.resource = ps.Resource // the settling root may be another service's span
+	// Two inferred prompt spans with one ID open at once (a conversation ID on concurrent
+	// turns) collide; each is still decided on its own, as it settles whole.
+	span := [2]uint64{ps.Start, endOf(ps)}
+	if earlier, ok := g.settled.Delete(gp.id); ok && earlier[0] < span[1] && span[0] < earlier[1] {
+		g.diag(telemetry.DiagPromptCollision, gp.id, pcommon.TraceID{}, pcommon.SpanID{})
+	}
+	g.settled.Set(gp.id, span)
+	if g.settled.Len() > endedBatches {
+		k, _, _ := g.settled.Front()
+		g.settled.Delete(k)
+	}
+	collided := g.startInferred(gp.id, ps, now)
+	byID := map[pcommon.SpanID]*spans.Span{}
+	for _, s := range gp.models {
+		byID[s.SpanID] = s
+	}
+	// Windows: the calls that started after one model call started and before the next did.
+	windows := map[int][]call{}
+	var order []int
+	for _, c := range tools {
+		i := sort.Search(len(models), func(i int) bool { return models[i].start > c.start })
+		if _, ok := windows[i]; !ok {
+			order = append(order, i)
+		}
+		windows[i] = append(windows[i], c)
+	}
+	sort.Ints(order)
+	for _, i := range order {
+		settler, settledAt := ps, endOf(ps)
+		if i < len(models) {
+			settler = byID[models[i].spanID]
+			settledAt = settler.Start
+		}
+		complete := true
+		seen := map[string]bool{}
+		var observations []reducer.Observation
+		for _, c := range windows[i] {
+			if c.end > settledAt {
+				complete = false // still running when its batch settled
+				g.diag(telemetry.DiagLateSpan, gp.id, ps.TraceID, c.spanID)
+				continue
+			}
+			if len(observations) >= g.cfg.MaxCallsPerBatch {
+				if complete {
+					g.diag(telemetry.DiagBatchOverflow, gp.id, ps.TraceID, c.spanID)
+				}
+				complete = false
+				break
+			}
+			if seen[c.obs.CallID] {
+				g.diag(telemetry.DiagDuplicateSpan, gp.id, ps.TraceID, c.spanID)
+				continue
+			}
+			seen[c.obs.CallID] = true
+			observations = append(observations, c.obs)
+		}
+		g.settleBatch(gp, settler, reducer.Batch{Complete: complete, Observations: observations}, now)
+	}
+	if !collided {
+		g.discard(gp.id)
+	}
+}
+
+// endOf is a span's end time, its start when it has none.
+func endOf(s *spans.Span) uint64 {
+	if s.End == 0 {
+		return s.Start
+	}
+	return s.End
+}
+
+// startInferred starts an inferred prompt's state: a fresh one that never enforces, or, when
+// state or an open prompt span of section 3 has its ID (or its state was dropped), that state
+// with enforcement disabled, a collision. It reports whether the prompt collided.
+func (g *Guard) startInferred(id string, s *spans.Span, now uint64) bool {
+	l := g.lives[id]
+	known, isKnown := g.prompts.Get(id)
+	dropped, isDropped := g.dropped.Get(id)
+	if l == nil && !isKnown && !isDropped {
+		g.admit(id, &prompt{guarded: true, state: rebuilt(), lastSeen: now}, now)
+		return false
+	}
+	if !isKnown {
+		guarded := (l == nil || l.guarded) && (!isDropped || dropped)
+		known = &prompt{guarded: guarded, state: rebuilt(), lastSeen: now}
+		g.admit(id, known, now)
+	}
+	known.state.EnforcementDisabled = true
+	reported := ""
+	if known.guarded {
+		reported = id
+	}
+	g.diag(telemetry.DiagPromptCollision, reported, s.TraceID, s.SpanID)
+	return true
+}
+
+// settleBatch decides one inferred batch of a prompt, settled by the span s (the next model
+// call, or the prompt span).
+func (g *Guard) settleBatch(gp *genaiPrompt, s *spans.Span, batch reducer.Batch, now uint64) {
 	p, ok := g.prompts.Get(gp.id)
 	if !ok {
 		p = &prompt{guarded: true, state: rebuilt(), lastSeen: now}
@@ -641,10 +704,7 @@ func (g *Guard) settle(gp *genaiPrompt, s *spans.Span, now uint64) {
 	if !p.guarded {
 		return
 	}
-	input := reducer.Input{
-		Mode: reducer.ModeShadow, Batch: reducer.Batch{Complete: complete, Observations: observations},
-		InputReliable: true,
-	}
+	input := reducer.Input{Mode: reducer.ModeShadow, Batch: batch, InputReliable: true}
 	g.decide(gp.id, p, input, s, gp.profile)
 }
 

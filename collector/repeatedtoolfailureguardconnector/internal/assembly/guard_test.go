@@ -363,3 +363,112 @@ func TestMissingAttribute(t *testing.T) {
 		t.Fatalf("missing_attribute %d", got)
 	}
 }
+
+func genaiTool(b *builder, parent pcommon.SpanID, start, end uint64, call string) {
+	b.span(parent, start, end, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file", "gen_ai.tool.call.id": call, "error.type": "FileNotFoundError"})
+}
+
+func chat(b *builder, parent pcommon.SpanID, start, end uint64) {
+	b.span(parent, start, end, map[string]any{"gen_ai.operation.name": "chat"})
+}
+
+// Two inferred prompt spans open at once with one conversation ID are a collision, and each
+// is decided on its own (otel_guard/spans/assembly.py settles each prompt whole): their
+// batches never add up to one streak.
+func TestOverlappingInferredPromptsWithOneID(t *testing.T) {
+	b := newBuilder(20)
+	root := b.span(pcommon.SpanID{}, 0, 1000*ms, map[string]any{"http.method": "POST"})
+	agent := map[string]any{"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "same"}
+	first := b.span(root, 1*ms, 900*ms, agent)
+	second := b.span(root, 2*ms, 901*ms, agent)
+	at := uint64(10)
+	for round := 0; round < 2; round++ {
+		for _, p := range []pcommon.SpanID{first, second} {
+			chat(b, p, at*ms, (at+1)*ms)
+			for c := uint64(0); c < 3; c++ {
+				genaiTool(b, p, (at+2+c)*ms, (at+3+c)*ms, string(rune('a'+at+c)))
+			}
+			at += 10
+		}
+	}
+	chat(b, first, at*ms, (at+1)*ms)
+	chat(b, second, (at+2)*ms, (at+3)*ms)
+	g := defaultGuard()
+	evs := record(g)
+	out := g.Replay(b.out)
+	if got := values(*evs); len(got) != 4 || got[0] != "tracked" || got[1] != "tracked" || got[2] != "tracked" || got[3] != "tracked" {
+		t.Fatalf("decisions %v, want four tracked", got)
+	}
+	if n := count(out, telemetry.DiagPromptCollision); n != 1 {
+		t.Fatalf("collisions %d, want 1", n)
+	}
+}
+
+// The same across traces: the second prompt span, in a trace of its own, opened while the
+// first was open.
+func TestOverlappingInferredPromptsAcrossTraces(t *testing.T) {
+	agent := map[string]any{"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "same"}
+	b1, b2 := newBuilder(21), newBuilder(22)
+	p1 := b1.span(pcommon.SpanID{}, 0, 100*ms, agent)
+	p2 := b2.span(pcommon.SpanID{}, 50*ms, 200*ms, agent)
+	chat(b1, p1, 1*ms, 2*ms)
+	genaiTool(b1, p1, 3*ms, 4*ms, "1")
+	chat(b1, p1, 5*ms, 6*ms)
+	chat(b2, p2, 51*ms, 52*ms)
+	genaiTool(b2, p2, 53*ms, 54*ms, "2")
+	chat(b2, p2, 55*ms, 56*ms)
+	g := defaultGuard()
+	out := g.Replay(b1.out)
+	out.Append(g.Replay(b2.out))
+	if n := count(out, telemetry.DiagPromptCollision); n != 1 {
+		t.Fatalf("collisions %d, want 1", n)
+	}
+	// One after the other is no collision (turns of one conversation).
+	b3 := newBuilder(23)
+	p3 := b3.span(pcommon.SpanID{}, 300*ms, 400*ms, agent)
+	chat(b3, p3, 301*ms, 302*ms)
+	genaiTool(b3, p3, 303*ms, 304*ms, "3")
+	chat(b3, p3, 305*ms, 306*ms)
+	if n := count(g.Replay(b3.out), telemetry.DiagPromptCollision); n != 0 {
+		t.Fatalf("collisions %d for a later turn", n)
+	}
+}
+
+// A prompt settles when its trace's local root ends, from the spans that had ended by then: a
+// tool call or a model call that ends after the root is an orphan, never a late call of an
+// incomplete batch nor the end of a batch's window (as the Python guard reads ended spans).
+func TestSpansEndingAfterTheirRootAreOrphans(t *testing.T) {
+	b := newBuilder(24)
+	prompt := b.span(pcommon.SpanID{}, 0, 500*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+	at := uint64(1)
+	for round := 0; round < 3; round++ {
+		chat(b, prompt, at*ms, (at+1)*ms)
+		for c := uint64(0); c < 3; c++ {
+			genaiTool(b, prompt, (at+2+c)*ms, (at+3+c)*ms, string(rune('a'+at+c)))
+		}
+		at += 10
+	}
+	chat(b, prompt, at*ms, (at+1)*ms)
+	genaiTool(b, prompt, (at+2)*ms, (at+3)*ms, "x")
+	genaiTool(b, prompt, (at+2)*ms, 400*ms, "y")
+	// Starts before the prompt ends, ends after it: unknown when the prompt settles.
+	chat(b, prompt, 300*ms, 600*ms)
+	// Starts and ends after it.
+	genaiTool(b, prompt, 550*ms, 560*ms, "z")
+	g := defaultGuard()
+	evs := record(g)
+	out := g.Replay(b.out)
+	got := values(*evs)
+	want := []string{"tracked", "tracked", "would_warn", "would_stop"}
+	if len(got) != len(want) {
+		t.Fatalf("decisions %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("decisions %v, want %v", got, want)
+		}
+	}
+	if n := count(out, telemetry.DiagLateSpan); n != 0 {
+		t.Fatalf("late spans %d, want none", n)
+	}
+}
