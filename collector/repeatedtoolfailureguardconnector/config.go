@@ -16,9 +16,15 @@ const (
 	defaultMaxCallBytes = 64 << 20
 	defaultWait         = 30 * time.Second
 
-	// Upper bounds that catch a unit mistake (seconds typed as nanoseconds and the like).
-	maxMaxPrompts = 10_000_000
-	maxWait       = 24 * time.Hour
+	// Bounds that catch a unit mistake (a bare number is read as nanoseconds or bytes, seconds
+	// typed as hours and the like).
+	maxMaxPrompts   = 10_000_000
+	minWait         = time.Millisecond
+	maxWait         = 24 * time.Hour
+	maxPromptTTL    = 7 * 24 * time.Hour
+	minMaxCallBytes = 1024
+	// int64: also on platforms whose int has 32 bits.
+	maxMaxCallBytes int64 = 64 << 30
 )
 
 // Config is the connector's configuration.
@@ -56,14 +62,14 @@ func (c *Config) Validate() error {
 	if c.MaxPrompts <= 0 || c.MaxPrompts > maxMaxPrompts {
 		errs = append(errs, fmt.Errorf("max_prompts must be between 1 and %d, got %d", maxMaxPrompts, c.MaxPrompts))
 	}
-	if c.PromptTTL <= 0 {
-		errs = append(errs, fmt.Errorf("prompt_ttl must be positive, got %s", c.PromptTTL))
+	if c.PromptTTL <= 0 || c.PromptTTL > maxPromptTTL {
+		errs = append(errs, fmt.Errorf("prompt_ttl must be positive and at most %s, got %s", maxPromptTTL, c.PromptTTL))
 	}
-	if c.MaxCallBytes < 1024 {
-		errs = append(errs, fmt.Errorf("max_call_bytes must be at least 1024, got %d", c.MaxCallBytes))
+	if c.MaxCallBytes < minMaxCallBytes || int64(c.MaxCallBytes) > maxMaxCallBytes {
+		errs = append(errs, fmt.Errorf("max_call_bytes must be between %d and %d, got %d", minMaxCallBytes, maxMaxCallBytes, c.MaxCallBytes))
 	}
-	if c.Wait <= 0 || c.Wait > maxWait {
-		errs = append(errs, fmt.Errorf("wait must be positive and at most %s, got %s", maxWait, c.Wait))
+	if c.Wait < minWait || c.Wait > maxWait {
+		errs = append(errs, fmt.Errorf("wait must be between %s and %s, got %s", minWait, maxWait, c.Wait))
 	}
 	if c.Wait > 0 && c.PromptTTL > 0 && c.PromptTTL < c.Wait {
 		errs = append(errs, fmt.Errorf("prompt_ttl (%s) must not be shorter than wait (%s)", c.PromptTTL, c.Wait))
