@@ -226,6 +226,20 @@ def test_late_and_overflowing_calls_of_an_opted_out_prompt_emit_nothing(marker_o
     assert h.guard.diagnostics() == {}
 
 
+@pytest.mark.parametrize("marker_on", ["prompt", "batch start"])
+def test_an_opted_out_prompt_with_a_long_id_emits_nothing(marker_on: str) -> None:
+    h = Harness(mode="enforce")
+    long_id = "p" * 300  # over the bound: kept as its digest
+    marker = {"acp.prompt.channel": True}
+    prompt = h.start_prompt(long_id, channel=True) if marker_on == "prompt" else None
+    at_start = marker if marker_on == "batch start" else None
+    for _ in range(3):
+        h.batch(long_id, [FAIL] * 4, parent=prompt, batch_attributes=at_start)
+    assert h.guard.take_action(long_id) is None
+    assert h.points(DIAGNOSTICS_METRIC) == [] and h.logs() == []
+    assert h.guard.diagnostics() == {}
+
+
 def test_an_open_batch_of_an_opted_out_prompt_dropped_to_a_bound_is_counted_but_not_named() -> None:
     h = Harness(mode="shadow", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
     off = h.tracer.start_span(

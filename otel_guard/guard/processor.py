@@ -486,14 +486,14 @@ class GuardSpanProcessor(SpanProcessor):
             operation = attributes.get(_OPERATION_NAME)
             if operation == _EXECUTE_TOOL or not isinstance(prompt_id, str):
                 return  # tool-call spans are read when they end
-            if len(prompt_id) > MAX_PROMPT_ID_LENGTH:
+            long_id = len(prompt_id) > MAX_PROMPT_ID_LENGTH
+            if long_id:
                 # Kept as its digest wherever state is kept; the ID itself is never named.
                 prompt_id = bounded_id(prompt_id)
-                self._flush([("diagnostic", "long_prompt_id", None, None)])
             if operation == _INVOKE_AGENT and _BATCH_ADMITTED not in attributes:
-                self._start_prompt(span, prompt_id, attributes)
+                self._start_prompt(span, prompt_id, attributes, long_id)
             else:
-                self._start_batch(span, prompt_id, attributes)
+                self._start_batch(span, prompt_id, attributes, long_id)
         except Exception:
             self._internal_error()
 
@@ -578,7 +578,11 @@ class GuardSpanProcessor(SpanProcessor):
 
     # -- span handling (hot path ends above) ---------------------------------------------------
 
-    def _start_prompt(self, span: Span, prompt_id: str, attributes: Mapping[str, Any]) -> None:
+    def _start_prompt(
+        self, span: Span, prompt_id: str, attributes: Mapping[str, Any], long_id: bool = False
+    ) -> None:
+        """A section 3 prompt span started. ``long_id``: its prompt ID was over the bound (a
+        ``long_prompt_id`` diagnostic, naming nothing, unless the prompt is off)."""
         guarded = not _opted_out(attributes)
         out: list[_Emission] = []
         with self._lock:
@@ -604,6 +608,8 @@ class GuardSpanProcessor(SpanProcessor):
             else:
                 self._collide(prompt_id, life, guarded, span.context, out)
             self._track(span.context[_SPAN_ID], _PromptSpan(prompt_id), out)
+            if long_id and guarded and not self._known_off(prompt_id):
+                out.insert(0, ("diagnostic", "long_prompt_id", None, None))
             parent = span.parent
             if parent is None or parent.is_remote:
                 self._assembly.section_3_root(span.context.trace_id, True)
@@ -667,15 +673,21 @@ class GuardSpanProcessor(SpanProcessor):
         """Whether an open batch belongs to an opted-out prompt, as far as is known now."""
         return batch.off or self._known_off(batch.prompt_id)
 
-    def _start_batch(self, span: Span, prompt_id: str, attributes: Mapping[str, Any]) -> None:
+    def _start_batch(
+        self, span: Span, prompt_id: str, attributes: Mapping[str, Any], long_id: bool = False
+    ) -> None:
+        """A span that may be a batch span started (``long_id`` as for :meth:`_start_prompt`)."""
         tracked = self._tracked
         span_id = span.context[_SPAN_ID]
         off = _opted_out(attributes)
         with self._lock:
             tracked[span_id] = _OpenBatch(prompt_id, span_id, off)
-            if len(tracked) <= self._max_tracked:
+            report_long = long_id and not off and not self._known_off(prompt_id)
+            if len(tracked) <= self._max_tracked and not report_long:
                 return
             out: list[_Emission] = []
+            if report_long:
+                out.append(("diagnostic", "long_prompt_id", None, None))
             self._evict_tracked(out)
         self._flush(out)
 
