@@ -258,6 +258,52 @@ def test_a_run_that_raises_ends_its_prompt_on_close() -> None:
     assert names.count("invoke_agent") == 1
 
 
+def test_hooks_reused_for_a_second_run_guard_it_as_a_new_prompt() -> None:
+    setup = Setup("enforce")
+    hooks = RepeatedToolFailureHooks(
+        setup.harness.guard, tracer_provider=setup.harness.tracer_provider
+    )
+    prompt_ids = []
+    for _ in range(2):  # one after the other, as a chat loop would
+        model = ScriptedModel()
+        agent = agents.Agent(name="builder", model=model, tools=[run_shell])
+        with pytest.raises(RepeatedToolFailureStopped) as raised:
+            asyncio.run(
+                agents.Runner.run(agent, "build it", hooks=hooks, run_config=hooks.run_config())
+            )
+        assert len(model.inputs) == 5 and model.reminders() == [False] * 4 + [True]
+        prompt_ids.append(raised.value.prompt_id)
+    assert prompt_ids[0] != prompt_ids[1]
+    assert setup.decisions() == {"tracked": 6, "warned": 2, "stopped": 2}
+
+
+def test_calls_left_running_by_a_run_that_raised_are_never_recorded_as_not_started() -> None:
+    @agents.function_tool(failure_error_function=None)
+    def run_build(command: str) -> str:
+        """Run the build."""
+        raise OSError("exit status 2")  # no failure function: the exception ends the run
+
+    setup = Setup("shadow")
+    hooks = RepeatedToolFailureHooks(
+        setup.harness.guard, tracer_provider=setup.harness.tracer_provider
+    )
+    model = ScriptedModel(lambda step: [("run_build", '{"command": "make"}')] * 2)
+    agent = agents.Agent(name="builder", model=model, tools=[run_build])
+    with pytest.raises(agents.UserError), hooks:
+        asyncio.run(
+            agents.Runner.run(agent, "build it", hooks=hooks, run_config=hooks.run_config())
+        )
+    calls = [
+        s.attributes or {}
+        for s in setup.harness.span_exporter.get_finished_spans()
+        if s.name == "execute_tool run_build"
+    ]
+    assert len(calls) == 2
+    assert {a["acp.tool.execution.status"] for a in calls} == {"unknown"}  # they ran
+    (evaluation,) = setup.evaluations
+    assert not evaluation.batch.complete  # torn down with the run
+
+
 def test_an_unknown_route_is_rejected() -> None:
     with pytest.raises(ValueError, match="route"):
         RepeatedToolFailureHooks(Harness().guard, route="nightly")

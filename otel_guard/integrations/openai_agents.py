@@ -7,7 +7,7 @@
     from otel_guard.integrations.openai_agents import RepeatedToolFailureHooks
 
     guard = GuardSpanProcessor(mode="enforce")
-    with RepeatedToolFailureHooks(guard) as hooks:   # one instance per run
+    with RepeatedToolFailureHooks(guard) as hooks:   # one run at a time
         result = await Runner.run(agent, "...", hooks=hooks, run_config=hooks.run_config())
 
 Built on the SDK's ``RunHooks`` and two ``RunConfig`` callbacks (openai-agents 0.24): one run is
@@ -55,6 +55,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 from agents import (
@@ -125,7 +126,9 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
     """Run hooks that report each tool batch of one run to a :class:`GuardSpanProcessor`.
 
     Pass the instance as ``hooks=`` and :meth:`run_config` as ``run_config=`` of the same
-    ``Runner.run`` call; use a fresh instance for every run (each is one prompt).
+    ``Runner.run`` call. Each run is one prompt: an instance serves one run at a time, and a run
+    started after the previous one ended (its last agent ended, it was stopped, or
+    :meth:`close` was called) is a new prompt, with a new ID unless ``prompt_id`` was given.
 
     Args:
         guard: the guard processor; its mode decides what the hooks do.
@@ -133,7 +136,7 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
             When omitted, a private provider holding only the guard is used.
         route, channel: the prompt route markers of docs/contract.md section 3; only
             interactive prompts without the channel marker are guarded.
-        prompt_id: the prompt ID (a new UUID when omitted).
+        prompt_id: the prompt ID of every run (a new UUID for each run when omitted).
     """
 
     def __init__(
@@ -150,6 +153,7 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
         self.tracer_provider = tracer_provider or guard_only_provider(guard)
         self.route = route
         self.channel = channel
+        self._fixed_id = prompt_id
         self.prompt_id = prompt_id or str(uuid.uuid4())
         self._tracer: Tracer = self.tracer_provider.get_tracer(_SCOPE)
         self._lock = threading.RLock()
@@ -187,15 +191,24 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
             tool_error_formatter=tool_error_formatter,
         )
 
-    def close(self) -> None:
-        """End the prompt now (for a run that raised: the SDK calls no hook then). Idempotent."""
-        quietly(_logger, self._end)
+    def close(self, error: BaseException | None = None) -> None:
+        """End the prompt now (for a run that raised: the SDK calls no hook then). Idempotent.
+
+        ``error`` is what the run raised, if known: a call it left running ends ``cancelled``
+        when that was a cancellation.
+        """
+        quietly(_logger, lambda: self._end(error))
 
     def __enter__(self) -> RepeatedToolFailureHooks:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(exc)
 
     # -- run: one prompt ------------------------------------------------------------------
 
@@ -203,22 +216,25 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
         quietly(_logger, self._start)
 
     async def on_agent_end(self, context: Any, agent: Agent[Any], output: Any) -> None:
-        quietly(_logger, self._end)
+        quietly(_logger, lambda: self._end(None))
 
     def _start(self) -> None:
         with self._lock:
-            if self._prompt is None and not self._ended:
+            if self._prompt is None:
+                if self._ended:  # the previous run ended: this is the next one, a new prompt
+                    self.prompt_id = self._fixed_id or str(uuid.uuid4())
+                    self._ended = False
                 self._prompt = start_prompt(
                     self._tracer, self.prompt_id, route=self.route, channel=self.channel
                 )
 
-    def _end(self) -> None:
+    def _end(self, error: BaseException | None) -> None:
         with self._lock:
             prompt, self._prompt, self._ended = self._prompt, None, True
             if prompt is None:
                 return
             try:
-                self._settle()
+                self._settle(error)
             finally:
                 prompt.span.end()
 
@@ -260,21 +276,29 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
         note: TResponseInputItem = {"role": "system", "content": action.text}
         if action.kind == "reminder":
             return ModelInputData(input=[*data.input, note], instructions=data.instructions)
-        quietly(_logger, self._end)
+        quietly(_logger, lambda: self._end(None))
         raise RepeatedToolFailureStopped(
             action.text, prompt_id=self.prompt_id, input=[*data.input, note]
         )
 
-    def _settle(self) -> bool:
-        """Evaluate the open batch, if any: calls that never ran are ``not_started``."""
+    def _settle(self, error: BaseException | None = None) -> bool:
+        """Evaluate the open batch, if any: calls that never ran are ``not_started``.
+
+        A call that started and never settled (the run raised out of it, ``error`` if known)
+        did not run to an outcome: the batch is torn down, incomplete, and such calls end after
+        it (``cancelled`` for a cancellation, else of unknown execution), never ``not_started``.
+        """
         with self._lock:
             batch = self._batch
             if batch is None:
                 return False
-            for call_id, name in self._names.items():
-                call = self._calls.get(call_id) or batch.start_call(call_id, name)
-                settle(call, "not_started")
+            names, calls = self._names, self._calls
             self._batch, self._names, self._calls = None, {}, {}
+            if any(not call.finished for call in calls.values()):
+                batch.abandon(error, reliable=True)
+                return True
+            for call_id, name in names.items():
+                settle(calls.get(call_id) or batch.start_call(call_id, name), "not_started")
             # Nothing reaches a run from outside between its turns.
             batch.record_input_drain(external=False, queued_prompt=False, reliable=True)
             batch.end()
