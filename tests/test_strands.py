@@ -191,6 +191,56 @@ def test_denied_calls_and_unknown_tools_never_count() -> None:
     assert setup.decisions() == {} and not any(model.reminders())
 
 
+class ApproveShell(HookProvider):
+    """A human approves each run_shell call through a Strands interrupt."""
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        registry.add_callback(BeforeToolCallEvent, self.approve)
+
+    def approve(self, event: BeforeToolCallEvent) -> None:
+        if event.tool_use["name"] == "run_shell" and event.interrupt("approve") != "yes":
+            event.cancel_tool = "not approved"
+
+
+def test_calls_approved_through_an_interrupt_stay_in_their_batch_and_prompt() -> None:
+    def script(step: int) -> list[tuple[str, str]]:
+        if step > TURNS:
+            return []
+        return [("run_shell", '{"command": "make"}')] * 2 + [("read_file", '{"path": "a"}')]
+
+    setup = Setup("enforce")
+    model = ScriptedModel(script)
+    agent = Agent(
+        model=model,
+        tools=[run_shell, read_file],
+        hooks=[ApproveShell(), setup.hooks],
+        callback_handler=None,
+    )
+    result = agent("build it")
+    for _ in range(2 * TURNS):
+        if result.stop_reason != "interrupt":
+            break
+        result = agent(
+            [
+                {"interruptResponse": {"interruptId": i.id, "response": "yes"}}
+                for i in result.interrupts
+            ]
+        )
+    assert str(result).strip() == STOP_MESSAGE
+    assert len(model.requests) == 5 and model.reminders() == [False] * 4 + [True]
+    assert setup.decisions() == {"tracked": 3, "warned": 1, "stopped": 1}
+    assert len({e.prompt_id for e in setup.evaluations}) == 1  # resumes go on with the prompt
+    # Each call once, in the batch of its model response: the interrupt did not split it.
+    assert [sorted(o.call_id for o in e.batch.observations) for e in setup.evaluations] == [
+        [f"s{step}-c{i}" for i in range(3)] for step in range(1, 6)
+    ]
+    assert setup.observations() == sorted(
+        (f"s{step}-c{i}", "error", "os_error") if i < 2 else (f"s{step}-c{i}", "success", None)
+        for step in range(1, 6)
+        for i in range(3)
+    )
+
+
 def test_a_channel_prompt_is_never_guarded() -> None:
     setup = Setup("enforce", channel=True)
     model = ScriptedModel()

@@ -13,7 +13,10 @@ Built on the Strands hook system (strands-agents 1.x): one agent invocation is o
 (``BeforeInvocationEvent`` to ``AfterInvocationEvent``) and the tool uses of one assistant
 message are one batch (``BeforeToolsEvent``), described with
 :mod:`otel_guard.integrations.producer` spans and evaluated in ``AfterToolsEvent``, once every
-call has settled and before the model is called again:
+call has settled and before the model is called again. An invocation that stops for an
+interrupt (``stop_reason`` ``interrupt``: a hook asks a human) and the invocation that resumes
+it are one prompt, and the batch the interrupt split is evaluated once its last call has a
+result:
 
 * a tool that raises is an execution ``error`` typed by the exception's class in snake case
   (Strands hands the exception to ``AfterToolCallEvent``);
@@ -113,7 +116,8 @@ class RepeatedToolFailureHooks(HookProvider):
         self._lock = threading.RLock()
         self._prompt: PromptScope | None = None
         self._batch: ToolBatch | None = None
-        self._message: int | None = None  # id() of the assistant message of the open batch
+        self._message: tuple[str, ...] | None = None  # tool use IDs of the open batch's message
+        self._paused = False  # the last invocation stopped for an interrupt: the next resumes it
         self._names: dict[str, tuple[str, ToolType]] = {}
         self._calls: dict[str, ToolCall] = {}
 
@@ -132,6 +136,11 @@ class RepeatedToolFailureHooks(HookProvider):
 
     def _start(self) -> None:
         with self._lock:
+            if self._paused and self._prompt is not None:
+                # Resuming from an interrupt (Strands accepts nothing else then): the same
+                # prompt, and the batch the interrupt split goes on.
+                self._paused = False
+                return
             self._end()  # an invocation whose end hook never ran
             self.stopped = None
             self._prompt = start_prompt(
@@ -139,11 +148,14 @@ class RepeatedToolFailureHooks(HookProvider):
             )
 
     def _after_invocation(self, event: AfterInvocationEvent) -> None:
+        if getattr(event.result, "stop_reason", None) == "interrupt":
+            self._paused = True  # a human is asked: the prompt stays open for the resume
+            return
         quietly(_logger, self._end)
 
     def _end(self) -> None:
         with self._lock:
-            prompt, self._prompt = self._prompt, None
+            prompt, self._prompt, self._paused = self._prompt, None, False
             if prompt is None:
                 return
             try:
@@ -160,14 +172,15 @@ class RepeatedToolFailureHooks(HookProvider):
 
     def _open(self, event: BeforeToolsEvent) -> None:
         with self._lock:
-            if self._prompt is None or self._message == id(event.message):
+            message = _tool_use_ids(event.message)
+            if self._prompt is None or (self._batch is not None and self._message == message):
                 return  # a batch split by an interrupt stays one batch
             if self._batch is not None:
                 self._batch.abandon(reliable=True)
             registry = getattr(event.agent, "tool_registry", None)
             tools = getattr(registry, "registry", {})
             batch = self._batch = self._prompt.batch()
-            self._message, self._names, self._calls = id(event.message), {}, {}
+            self._message, self._names, self._calls = message, {}, {}
             for block in event.message.get("content", []):
                 use = block.get("toolUse")
                 if use is None:
@@ -219,6 +232,9 @@ class RepeatedToolFailureHooks(HookProvider):
     def _after_tools(self, event: AfterToolsEvent) -> None:
         with self._lock:
             prompt = self._prompt
+            answered = _tool_result_ids(event.message)
+            if any(call_id not in answered for call_id in self._names):
+                return  # interrupted: the rest of the batch runs when the invocation resumes
             evaluated = quietly(_logger, self._settle)
         if prompt is None or not evaluated or self.guard.mode not in ("warn", "enforce"):
             return  # shadow never acts
@@ -243,3 +259,21 @@ class RepeatedToolFailureHooks(HookProvider):
         batch.record_input_drain(external=False, queued_prompt=False, reliable=True)
         batch.end()
         return True
+
+
+def _tool_use_ids(message: Any) -> tuple[str, ...]:
+    content = message.get("content", []) if isinstance(message, dict) else []
+    return tuple(
+        str(block["toolUse"].get("toolUseId"))
+        for block in content
+        if isinstance(block, dict) and isinstance(block.get("toolUse"), dict)
+    )
+
+
+def _tool_result_ids(message: Any) -> set[str]:
+    content = message.get("content", []) if isinstance(message, dict) else []
+    return {
+        str(block["toolResult"].get("toolUseId"))
+        for block in content
+        if isinstance(block, dict) and isinstance(block.get("toolResult"), dict)
+    }
