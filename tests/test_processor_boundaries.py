@@ -61,7 +61,7 @@ def test_open_spans_beyond_four_per_prompt_plus_one_batch_of_calls_are_evicted()
     assert (record.log_record.attributes or {})["prompt_id"] == "p0"
 
 
-def test_a_batch_span_ending_after_it_was_evicted_is_not_evaluated() -> None:
+def test_a_batch_span_ending_after_it_was_evicted_is_an_incomplete_batch() -> None:
     seen: list[BatchEvaluation] = []
     h = Harness(max_prompts=1, max_calls_per_batch=1, listener=seen.append)  # 5 open spans
     first = h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": "p0"})
@@ -70,7 +70,39 @@ def test_a_batch_span_ending_after_it_was_evicted_is_not_evaluated() -> None:
     first.set_attributes({"acp.batch.admitted": 0, "acp.input.reliable": True})
     first.end()
     assert h.guard.diagnostics() == {"evicted": 1}
-    assert seen == [] and h.guard.state("p0") is None
+    (evaluation,) = seen
+    assert evaluation.prompt_id == "p0" and evaluation.batch.complete is False
+    assert evaluation.batch.observations == () and evaluation.decision.kind == "none"
+
+
+@pytest.mark.parametrize("lost", ["evicted", "no prompt ID at start"])
+def test_a_batch_the_guard_did_not_follow_resets_the_streak_it_may_have_ended(lost: str) -> None:
+    # Its calls are unknown: had it held a success of the candidate's tool, skipping it would
+    # let the guard remind and stop a batch sooner than with full knowledge (section 4: losing
+    # state never widens what the guard may do). So it is an incomplete batch, and resets.
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=4)  # 8 open spans
+    h.batch("p", [FAIL] * 4)
+    start = {"acp.prompt.id": "p"} if lost == "evicted" else {}
+    unseen = h.tracer.start_span("tool_batch", attributes=start)
+    h.tool_span(OK, set_span_in_context(unseen)).end()
+    if lost == "evicted":
+        for i in range(8):
+            open_batch(h, f"x{i}")  # pushes the batch out of the span table
+    unseen.set_attributes(
+        {"acp.prompt.id": "p", "acp.batch.admitted": 1, "acp.input.reliable": True}
+    )
+    unseen.end()
+    actions = []
+    for _ in range(3):
+        h.batch("p", [FAIL] * 4)
+        action = h.guard.take_action("p")
+        actions.append(None if action is None else action.kind)
+    assert actions == [None, "reminder", "stop"]  # not [reminder, stop, None]
+    assert [
+        (attributes["decision"], attributes.get("reset_reason"))
+        for attributes, _ in sorted(h.points(), key=lambda point: point[0]["decision"])
+        if attributes["decision"] == "reset"
+    ] == [("reset", "incomplete")]
 
 
 def test_prompt_spans_evict_the_oldest_open_batch_span_too() -> None:

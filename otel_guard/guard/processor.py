@@ -759,7 +759,12 @@ class GuardSpanProcessor(SpanProcessor):
                 if parent is None or parent.is_remote:
                     self._assembly.section_3_root(context.trace_id, False)
             elif ref is None:
-                self._untracked_end(context, attributes, out)
+                unfollowed = self._untracked_end(context, attributes, out)
+                if unfollowed is not None:
+                    # Its calls are unknown: an incomplete batch (overflow keeps it so).
+                    lost = _OpenBatch(unfollowed, context[_SPAN_ID])
+                    lost.overflow = True
+                    evaluation = self._end_batch(span, context, attributes, lost, out)
         if out:
             self._flush(out)
         if evaluation is not None:
@@ -767,16 +772,24 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _untracked_end(
         self, context: SpanContext, attributes: Mapping[str, Any], out: list[_Emission]
-    ) -> None:
-        """A span with a prompt ID ended that was not tracked; under the lock.
+    ) -> str | None:
+        """A span with a prompt ID ended that was not tracked; under the lock. Returns the
+        (bounded) prompt ID when the span is a batch span the guard did not follow.
 
         A prompt span whose record was lost to the span table's bound ends that record's
         facts. A prompt or batch span that was not lost, but had no prompt ID at its start (a
-        half-written hand-made span, unguarded), is a ``missing_attribute`` diagnostic, unless
-        it opts out (an off prompt has no telemetry)."""
+        half-written hand-made span), is a ``missing_attribute`` diagnostic, unless it opts out
+        (an off prompt has no telemetry).
+
+        A batch span the guard did not follow (its record pushed out of the span table, or no
+        prompt ID at its start) still settled a batch of its prompt, whose calls the guard does
+        not know: the caller evaluates it as an incomplete batch. Skipping it would let a reset
+        it held (a success of the candidate's tool, new input) go unseen, and the guard could
+        then remind or stop sooner than with full knowledge (docs/contract.md section 4: losing
+        state never widens what the guard may do)."""
         prompt_id = attributes.get(_PROMPT_ID)
         if not isinstance(prompt_id, str):
-            return
+            return None
         key = bounded_id(prompt_id)
         evicted = self._evicted.pop(context[_SPAN_ID], _KEPT) is not _KEPT
         if attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
@@ -790,13 +803,14 @@ class GuardSpanProcessor(SpanProcessor):
                     if key not in self._lives:
                         # The ID's last open prompt span ended: as a tracked one's end.
                         self._discard(key)
-                return
+                return None
             if evicted:
-                return
-        elif evicted or _BATCH_ADMITTED not in attributes:
-            return  # a batch span lost to the bound, or a span that only names its prompt
-        if not _opted_out(attributes) and not self._known_off(key):
+                return None
+        elif _BATCH_ADMITTED not in attributes:
+            return None  # a span that only names its prompt
+        if not evicted and not _opted_out(attributes) and not self._known_off(key):
             out.append(("diagnostic", "missing_attribute", key, context))
+        return None if attributes.get(_OPERATION_NAME) == _INVOKE_AGENT else key
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
