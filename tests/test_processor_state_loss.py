@@ -18,16 +18,17 @@ with room for all (losses from the TTL only, so stops are reached more often). E
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import hypothesis.strategies as st
 from harness import FAIL, OK, Call, Harness
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from opentelemetry.trace import Span, set_span_in_context
 
 from otel_guard.guard.telemetry import DIAGNOSTIC_EVENT, OBSERVATIONS_METRIC, TRANSITION_EVENT
+from otel_guard.reducer import Batch, GuardInput, GuardState, Observation, reduce
 
 EXAMPLES = int(os.environ.get("OTEL_GUARD_STATEFUL_EXAMPLES", "1000"))
 PROMPT_IDS = ("a", "b", "c", "d", "e")
@@ -839,3 +840,70 @@ def test_a_kept_state_whose_prompt_span_left_the_span_table_never_enforces_again
     assert state is not None and state.enforcement_disabled
     assert loop(h, "a", 1) == [None]  # a later host of "a": never a stop from that history
     assert "stopped" not in h.decision_counts()
+
+
+# -- losing batches never stops sooner -------------------------------------------------------------
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),  # the batch's prompt
+            st.integers(min_value=0, max_value=4),  # its failing calls
+            st.booleans(),  # and a successful call of the same tool
+            st.sampled_from([0, 0, 0, 12]),  # spans opened, never ended, while it is open
+        ),
+        max_size=30,
+    ),
+    max_prompts=st.integers(min_value=1, max_value=2),
+)
+@example(  # the batch holding the candidate's success is pushed out while it is open
+    steps=[("a", 4, False, 0), ("a", 0, True, 12), ("a", 4, False, 0), ("a", 4, False, 0)],
+    max_prompts=1,
+)
+def test_a_stop_under_state_loss_is_never_sooner_than_with_full_knowledge(
+    steps: list[tuple[str, int, bool, int]], max_prompts: int
+) -> None:
+    """Section 4: losing state never widens what the guard may do. Open spans that never end
+    push batch spans (and prompt states) out of the guard's bounded tables; every batch is
+    complete, so the pure reducer on all of them is the guard with full knowledge. The host
+    takes every action. A stop of the guard must come at or after that guard's first stop."""
+    h = Harness(mode="enforce", max_prompts=max_prompts, max_calls_per_batch=5)
+    full: dict[str, GuardState] = {}
+    reminded: dict[str, int] = {}
+    stopped: set[str] = set()
+    for index, (prompt_id, failing, succeeding, others) in enumerate(steps):
+        calls = [FAIL] * failing + [OK] * succeeding
+        if not calls:
+            continue
+        batch = h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": prompt_id})
+        observations = []
+        for number, call in enumerate(calls):
+            call_id = f"{index}-{number}"
+            h.tool_span(replace(call, call_id=call_id), set_span_in_context(batch)).end()
+            observations.append(
+                Observation(
+                    call_id,
+                    call.tool,
+                    call.tool_type,
+                    call.status or "",
+                    call.execution,
+                    call.error_type,
+                )
+            )
+        for other in range(others):
+            open_batch(h, f"other-{index}-{other}")
+        batch.set_attributes({"acp.batch.admitted": len(calls), "acp.input.reliable": True})
+        batch.end()
+        action = h.guard.take_action(prompt_id)
+        before = full.get(prompt_id, GuardState.initial())
+        batch_input = GuardInput("enforce", Batch(True, tuple(observations)), False, False, True)
+        decision = reduce(before, batch_input)
+        full[prompt_id] = decision.state
+        if decision.kind == "warn":
+            reminded[prompt_id] = decision.state.candidate_ordinal
+        elif decision.kind == "stop" and reminded.get(prompt_id) == before.candidate_ordinal:
+            stopped.add(prompt_id)
+        if action is not None and action.kind == "stop":
+            assert prompt_id in stopped, f"batch {index}: a stop the full guard had not issued"
