@@ -304,6 +304,27 @@ def test_calls_left_running_by_a_run_that_raised_are_never_recorded_as_not_start
     assert not evaluation.batch.complete  # torn down with the run
 
 
+def test_hooks_without_their_run_config_say_so_and_disable_enforcement(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    setup = Setup("enforce")
+    hooks = RepeatedToolFailureHooks(
+        setup.harness.guard, tracer_provider=setup.harness.tracer_provider
+    )
+    model = ScriptedModel()
+    agent = agents.Agent(name="builder", model=model, tools=[run_shell])
+    with caplog.at_level("WARNING", logger="otel_guard.integrations.openai_agents"), hooks:
+        result = asyncio.run(agents.Runner.run(agent, "build it", hooks=hooks))  # no run_config
+    assert result.final_output == "giving up"
+    (warning,) = [r for r in caplog.records if "run_config" in r.getMessage()]
+    assert warning.levelname == "WARNING"
+    reasons = {
+        str(a.get("reset_reason")) for a, _ in setup.harness.points() if a["decision"] == "reset"
+    }
+    assert reasons == {"unreliable_input"}  # what the guard was shown cannot be trusted
+    assert all(e.decision.state.enforcement_disabled for e in setup.evaluations[1:])
+
+
 def test_an_unknown_route_is_rejected() -> None:
     with pytest.raises(ValueError, match="route"):
         RepeatedToolFailureHooks(Harness().guard, route="nightly")

@@ -159,6 +159,7 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
         self._lock = threading.RLock()
         self._prompt: PromptScope | None = None
         self._ended = False
+        self._warned = False  # a run without run_config() was logged
         self._batch: ToolBatch | None = None
         self._names: dict[str, str] = {}
         self._calls: dict[str, ToolCall] = {}
@@ -255,8 +256,18 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
         with self._lock:
             if self._prompt is None or not calls:
                 return
-            if self._batch is not None:  # a response whose batch never settled
-                self._batch.abandon(reliable=True)
+            if self._batch is not None:
+                # The previous response's batch never settled: no model call went through the
+                # guard's input filter, so the run lacks hooks.run_config() and its failures
+                # never reached the formatter. Its outcomes cannot be trusted.
+                if not self._warned:
+                    self._warned = True
+                    _logger.warning(
+                        "otel_guard: RepeatedToolFailureHooks needs run_config=hooks.run_config() "
+                        "on the same run; without it tool failures are not seen and nothing is "
+                        "enforced"
+                    )
+                self._batch.abandon()  # unreliable: enforcement off for the prompt
             batch = self._batch = self._prompt.batch()
             self._names, self._calls = {}, {}
             for call_id, name in calls:
