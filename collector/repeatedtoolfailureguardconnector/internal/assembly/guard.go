@@ -77,6 +77,7 @@ type openBatch struct {
 	promptID string
 	calls    []call
 	overflow bool
+	off      bool // the batch span itself marks its prompt as not guarded
 }
 
 // genaiPrompt is an inferred prompt (sections 3b, 3c) of one trace part: its outermost
@@ -311,11 +312,19 @@ func (g *Guard) start(t *trace, ev Event) {
 	s := ev.Span
 	switch t.kinds[s] {
 	case spans.ACPPrompt:
-		id := g.promptID(s)
+		id, long := g.promptID(s)
 		g.startPrompt(s, id, ev.Time)
 		t.promptSpan[s] = id
+		if long && !spans.OptedOut(s) && !g.knownOff(id) {
+			g.diag(telemetry.DiagLongPromptID, "", s.TraceID, s.SpanID)
+		}
 	case spans.ACPBatch:
-		t.batches[s.SpanID] = &openBatch{promptID: g.promptID(s)}
+		id, long := g.promptID(s)
+		b := &openBatch{promptID: id, off: spans.OptedOut(s)}
+		t.batches[s.SpanID] = b
+		if long && !g.batchOff(b) {
+			g.diag(telemetry.DiagLongPromptID, "", s.TraceID, s.SpanID)
+		}
 	}
 }
 
@@ -333,14 +342,28 @@ func (g *Guard) acpCall(t *trace, s *spans.Span) bool {
 }
 
 // promptID is a section 3 span's prompt ID, as its digest when it is longer than 256
-// characters (diagnostic long_prompt_id; the ID itself is never named).
-func (g *Guard) promptID(s *spans.Span) string {
-	id := spans.BoundedID(s.PromptID.Value)
-	if id != s.PromptID.Value {
-		g.diag(telemetry.DiagLongPromptID, "", s.TraceID, s.SpanID)
-	}
-	return id
+// characters (long: diagnostic long_prompt_id unless the prompt is off; the ID itself is never
+// named).
+func (g *Guard) promptID(s *spans.Span) (id string, long bool) {
+	id = spans.BoundedID(s.PromptID.Value)
+	return id, id != s.PromptID.Value
 }
+
+// knownOff reports whether a fact kept of the prompt ID says it opted out: an opted-out
+// prompt gets no telemetry at all, so no diagnostic about its spans is emitted.
+func (g *Guard) knownOff(id string) bool {
+	if p, ok := g.prompts.Get(id); ok && !p.guarded {
+		return true
+	}
+	if l := g.lives[id]; l != nil && !l.guarded {
+		return true
+	}
+	guarded, dropped := g.dropped.Get(id)
+	return dropped && !guarded
+}
+
+// batchOff reports whether an open batch belongs to an opted-out prompt, as far as is known.
+func (g *Guard) batchOff(b *openBatch) bool { return b.off || g.knownOff(b.promptID) }
 
 func rebuilt() reducer.State {
 	st := reducer.Initial()
@@ -425,7 +448,7 @@ func (g *Guard) endPromptSpan(id string) {
 func (g *Guard) keepCall(t *trace, s *spans.Span) {
 	b, ok := t.batches[s.ParentID]
 	if !ok {
-		if id, ended := g.ended.Get(spanKey{s.TraceID, s.ParentID}); ended {
+		if id, ended := g.ended.Get(spanKey{s.TraceID, s.ParentID}); ended && !g.knownOff(id) {
 			g.diag(telemetry.DiagLateSpan, id, s.TraceID, s.SpanID)
 		}
 		return
@@ -464,7 +487,9 @@ func (g *Guard) keepCall(t *trace, s *spans.Span) {
 	}
 	if len(b.calls) >= g.cfg.MaxCallsPerBatch {
 		b.overflow = true
-		g.diag(telemetry.DiagBatchOverflow, b.promptID, s.TraceID, s.SpanID)
+		if !g.batchOff(b) {
+			g.diag(telemetry.DiagBatchOverflow, b.promptID, s.TraceID, s.SpanID)
+		}
 		return
 	}
 	named := s.ToolName.Set && len(s.ToolName.Value) <= spans.MaxToolNameLength

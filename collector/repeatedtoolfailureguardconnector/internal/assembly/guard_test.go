@@ -472,3 +472,38 @@ func TestSpansEndingAfterTheirRootAreOrphans(t *testing.T) {
 		t.Fatalf("late spans %d, want none", n)
 	}
 }
+
+// An opted-out prompt gets no telemetry at all (section 3), diagnostics included: a late call
+// of its batch, a batch over the call bound and an over-long prompt ID are not reported for
+// it, as the Python guard reports none of them.
+func TestOptedOutPromptGetsNoDiagnostics(t *testing.T) {
+	long := ""
+	for len(long) < 300 {
+		long += "prompt-"
+	}
+	for _, id := range []string{"cron", long} {
+		b := newBuilder(25)
+		p := acpPrompt(b, id, 0, 1000*ms, map[string]any{"acp.prompt.route": "cron"})
+		batch := acpBatch(b, p, id, 1*ms, 3)
+		// Ends after its batch span (which ended at 51 ms): late.
+		b.span(batch, 2*ms, 60*ms, map[string]any{
+			"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read", "gen_ai.tool.call.id": "late",
+			"acp.tool.type": "native", "acp.tool.status": "error", "acp.tool.execution.status": "error", "acp.tool.execution.error_type": "enoent",
+		})
+		// A batch span that opts out itself, with more calls than the bound.
+		acpBatch(b, pcommon.SpanID{}, "off-batch", 2000*ms, 3)
+		b.out[len(b.out)-4].Route = spans.Str{Set: true, Value: "background"}
+		g := New(Config{MaxPrompts: 10, PromptTTLNanos: 3600 * 1000 * ms, MaxCallsPerBatch: 2})
+		if out := g.Replay(b.out); len(out.Diagnostics) != 0 || len(out.Transitions) != 0 {
+			t.Fatalf("prompt %.10q: diagnostics %+v, transitions %d", id, out.Diagnostics, len(out.Transitions))
+		}
+	}
+	// The same spans of a guarded prompt are reported.
+	b := newBuilder(26)
+	p := acpPrompt(b, "guarded", 0, 1000*ms, nil)
+	batch := acpBatch(b, p, "guarded", 1*ms, 1)
+	b.span(batch, 2*ms, 60*ms, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.id": "late", "acp.tool.type": "native"})
+	if out := defaultGuard().Replay(b.out); count(out, telemetry.DiagLateSpan) != 1 {
+		t.Fatalf("late spans %d, want 1", count(out, telemetry.DiagLateSpan))
+	}
+}
