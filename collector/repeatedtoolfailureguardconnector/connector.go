@@ -311,11 +311,28 @@ func (c *guardConnector) send(ctx context.Context, out telemetry.Output) error {
 	defer c.emitMu.Unlock()
 	err := c.out.emit(ctx, out, c.now())
 	if err != nil {
-		// Counted, never retried into a decision: telemetry failures change nothing.
-		c.mu.Lock()
-		c.pending.Diagnostics = append(c.pending.Diagnostics, telemetry.Diagnostic{Name: telemetry.DiagTelemetryError})
-		c.mu.Unlock()
+		// Counted, never retried into a decision: telemetry failures change nothing. A failed
+		// telemetry_error record is not counted again, or a consumer that keeps failing would
+		// make one more at every tick (as the Python guard, which never reports its own report).
+		if !onlyTelemetryErrors(out) {
+			c.mu.Lock()
+			c.pending.Diagnostics = append(c.pending.Diagnostics, telemetry.Diagnostic{Name: telemetry.DiagTelemetryError})
+			c.mu.Unlock()
+		}
 		return errors.Join(errors.New("repeated_tool_failure_guard: emitting telemetry"), err)
 	}
 	return nil
+}
+
+// onlyTelemetryErrors reports whether out holds telemetry_error diagnostics and nothing else.
+func onlyTelemetryErrors(out telemetry.Output) bool {
+	if len(out.Transitions) != 0 || len(out.Observations) != 0 {
+		return false
+	}
+	for _, d := range out.Diagnostics {
+		if d.Name != telemetry.DiagTelemetryError {
+			return false
+		}
+	}
+	return true
 }

@@ -1,13 +1,20 @@
 package repeatedtoolfailureguardconnector
 
 import (
+	"context"
+	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/connector/connectortest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/metadata"
 	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/telemetry"
 )
 
@@ -81,4 +88,49 @@ func TestDefaultPromptTTLIsTheGuards(t *testing.T) {
 		lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "decision"))
 	require.Empty(t, lastCounts(metrics.AllMetrics(), telemetry.DiagnosticsMetric, "diagnostic"))
 	require.Equal(t, 6*time.Hour, createDefaultConfig().PromptTTL)
+}
+
+// A next consumer that keeps failing is one telemetry_error per output that could not be
+// delivered, not one more at every tick for the failed telemetry_error itself.
+func TestTelemetryErrorCountedOncePerFailedOutput(t *testing.T) {
+	for name, next := range map[string]func() (*guardConnector, error){
+		"metrics": func() (*guardConnector, error) {
+			c, err := NewFactory().CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(metadata.Type), createDefaultConfig(), consumertest.NewErr(errors.New("down")))
+			if err != nil {
+				return nil, err
+			}
+			return c.(*guardConnector), nil
+		},
+		"logs": func() (*guardConnector, error) {
+			c, err := NewFactory().CreateTracesToLogs(context.Background(), connectortest.NewNopSettings(metadata.Type), createDefaultConfig(), consumertest.NewErr(errors.New("down")))
+			if err != nil {
+				return nil, err
+			}
+			return c.(*guardConnector), nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			gc, err := next()
+			require.NoError(t, err)
+			ctx := context.Background()
+			for _, td := range readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl")) {
+				require.NoError(t, gc.ConsumeTraces(ctx, td))
+			}
+			require.Error(t, gc.flush(ctx, true))
+			require.Len(t, gc.pending.Diagnostics, 1)
+			for i := 0; i < 5; i++ {
+				_ = gc.flush(ctx, true)
+			}
+			require.Empty(t, gc.pending.Diagnostics)
+			if m, ok := gc.out.(*metricsEmitter); ok {
+				require.Equal(t, 1, lastSeries(m.counters, telemetry.DiagTelemetryError))
+			}
+			require.NoError(t, gc.Shutdown(ctx), "nothing is left to emit")
+		})
+	}
+}
+
+// lastSeries is the diagnostics counter's value for one diagnostic.
+func lastSeries(c *telemetry.Counters, diagnostic string) int {
+	return lastCounts([]pmetric.Metrics{c.Metrics(time.Now())}, telemetry.DiagnosticsMetric, "diagnostic")[diagnostic]
 }
