@@ -6,6 +6,8 @@ package spans // import "github.com/otel-guard/otel-guard/collector/repeatedtool
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -148,16 +150,47 @@ func boolean(v pcommon.Value) Bool {
 // baseSize is what a kept span is counted as, besides its strings.
 const baseSize = 320
 
-// ResourceOf reads the resource attributes the guard's output carries.
+// DeprecatedDeploymentEnvironment is the deployment environment's key before
+// deployment.environment.name; many agents still set it.
+const DeprecatedDeploymentEnvironment = "deployment.environment"
+
+// ResourceOf reads the resource attributes the guard's output carries, as the Python replay
+// groups its report (otel_guard.replay.replayer.group_of): the deployment environment from
+// deployment.environment.name, else the deprecated deployment.environment, and a value that is
+// not a string written as Python's str() writes it.
 func ResourceOf(res pcommon.Resource) telemetry.Resource {
 	var r telemetry.Resource
-	if v, ok := res.Attributes().Get(telemetry.ServiceVersion); ok && v.Type() == pcommon.ValueTypeStr {
-		r.ServiceVersion = v.Str()
+	attrs := res.Attributes()
+	if v, ok := attrs.Get(telemetry.ServiceVersion); ok {
+		r.ServiceVersion = pyStr(v)
 	}
-	if v, ok := res.Attributes().Get(telemetry.DeploymentEnvironment); ok && v.Type() == pcommon.ValueTypeStr {
-		r.DeploymentEnvironment = v.Str()
+	v, ok := attrs.Get(telemetry.DeploymentEnvironment)
+	if !ok {
+		v, ok = attrs.Get(DeprecatedDeploymentEnvironment)
+	}
+	if ok {
+		r.DeploymentEnvironment = pyStr(v)
 	}
 	return r
+}
+
+// pyStr is an attribute value as Python's str() writes the SDK's value of it.
+func pyStr(v pcommon.Value) string {
+	switch v.Type() {
+	case pcommon.ValueTypeStr:
+		return v.Str()
+	case pcommon.ValueTypeBool:
+		if v.Bool() {
+			return "True"
+		}
+		return "False"
+	case pcommon.ValueTypeDouble:
+		f := v.Double()
+		if f == math.Trunc(f) && math.Abs(f) < 1e16 {
+			return strconv.FormatFloat(f, 'f', 1, 64)
+		}
+	}
+	return v.AsString()
 }
 
 // Read keeps what the guard needs of an OTLP span.

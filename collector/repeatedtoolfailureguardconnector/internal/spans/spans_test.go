@@ -3,6 +3,7 @@ package spans
 import (
 	"testing"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/telemetry"
@@ -96,5 +97,30 @@ func TestOptedOutAndPromptID(t *testing.T) {
 	}
 	if GenAIPromptID(read(map[string]any{}), false) != "0000000000000000" {
 		t.Fatal("span ID as 16 hex digits")
+	}
+}
+
+// The output resource carries the environment and version the Python replay groups by: the
+// deprecated deployment.environment when deployment.environment.name is absent, and values
+// that are not strings as Python writes them.
+func TestResourceOf(t *testing.T) {
+	cases := []struct {
+		attrs map[string]any
+		want  telemetry.Resource
+	}{
+		{map[string]any{"deployment.environment.name": "prod", "deployment.environment": "old", "service.version": "1.2"}, telemetry.Resource{ServiceVersion: "1.2", DeploymentEnvironment: "prod"}},
+		{map[string]any{"deployment.environment": "staging", "service.version": int64(3)}, telemetry.Resource{ServiceVersion: "3", DeploymentEnvironment: "staging"}},
+		{map[string]any{"deployment.environment.name": true, "service.version": 2.0}, telemetry.Resource{ServiceVersion: "2.0", DeploymentEnvironment: "True"}},
+		{map[string]any{"service.version": 2.5}, telemetry.Resource{ServiceVersion: "2.5"}},
+		{map[string]any{"host.name": "h"}, telemetry.Resource{}},
+	}
+	for _, c := range cases {
+		res := pcommon.NewResource()
+		if err := res.Attributes().FromRaw(c.attrs); err != nil {
+			t.Fatal(err)
+		}
+		if got := ResourceOf(res); got != c.want {
+			t.Errorf("%v: got %+v, want %+v", c.attrs, got, c.want)
+		}
 	}
 }
