@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import SpanContext, TraceFlags
 
 import otel_guard.replay.replayer as replayer_module
 from otel_guard.guard.processor import BatchEvaluation, GuardAction, GuardSpanProcessor
@@ -355,3 +355,101 @@ def test_the_replay_pipeline_audits_every_record_its_guard_emits() -> None:
     logger.emit(event_name=TRANSITION_EVENT, body="raw error text")
     assert pipeline.report.violations["sensitive_telemetry"] == 5
     assert pipeline.close() is pipeline.report
+
+
+# -- a prompt whose parent the input lacks ---------------------------------------------------------
+
+
+def _genai_agent_under(parent: SpanContext) -> tuple[list[ReadableSpan], dict[str, int]]:
+    """A GenAI agent whose prompt span is a child of ``parent``, run live through a guard: its
+    spans and the live guard's decisions."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import NonRecordingSpan, Status, StatusCode, set_span_in_context
+
+    seen: list[str] = []
+    guard = GuardSpanProcessor(
+        meter_provider=MeterProvider(),
+        logger_provider=LoggerProvider(),
+        listener=lambda evaluation: seen.append(evaluation.decision_value or "none"),
+    )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(guard)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("agent")
+    prompt = {"gen_ai.operation.name": "invoke_agent"}
+    with tracer.start_as_current_span(
+        "invoke_agent", context=set_span_in_context(NonRecordingSpan(parent)), attributes=prompt
+    ):
+        for turn in range(4):
+            with tracer.start_as_current_span("chat", attributes={"gen_ai.operation.name": "chat"}):
+                pass
+            for call in range(3):
+                with tracer.start_as_current_span(
+                    "execute_tool",
+                    attributes={
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.name": "run_shell",
+                        "gen_ai.tool.call.id": f"call-{turn}-{call}",
+                        "error.type": "exit_nonzero",
+                    },
+                ) as span:
+                    span.set_status(Status(StatusCode.ERROR))
+        with tracer.start_as_current_span("chat", attributes={"gen_ai.operation.name": "chat"}):
+            pass
+    counts = {value: seen.count(value) for value in set(seen) if value != "none"}
+    return list(exporter.get_finished_spans()), counts
+
+
+@pytest.mark.parametrize("flags", ["not remote", "no flags"])
+def test_a_prompt_whose_parent_the_input_lacks_is_decided_as_live(flags: str) -> None:
+    # Live, the caller's span arrives propagated (remote) and the prompt is decided. In the
+    # file the parent is absent, and either marked local (lost on the way) or not marked at
+    # all (a writer without the span flags' remote bits).
+    remote = SpanContext(0x5EED, 0xCA11E2, is_remote=True, trace_flags=TraceFlags(1))  # sampled
+    spans, live_counts = _genai_agent_under(remote)
+    assert live_counts == {"tracked": 2, "would_warn": 1, "would_stop": 1}
+    document = encode_request(spans)
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                if flags == "no flags":
+                    span.pop("flags", None)
+                elif span.get("parentSpanId"):
+                    span["flags"] = int(span.get("flags", 0)) & ~0x200  # the parent said local
+    recorded = parse_request(json.dumps(document))
+    roots = [s for s in recorded if s.parent is not None and s.parent.span_id == 0xCA11E2]
+    assert len(roots) == 1 and not roots[0].parent.is_remote  # as read: a local parent
+    assert decisions(replay(recorded, "shadow")) == live_counts
+
+
+def test_a_trace_replayed_in_parts_keeps_the_parents_of_its_later_parts() -> None:
+    # The trace spans bound replays a trace in parts as read (children end, so are read, before
+    # their parents): a parent not read yet is in a later part, not lost.
+    remote = SpanContext(0x5EED, 0xCA11E2, is_remote=True, trace_flags=TraceFlags(1))
+    spans, live_counts = _genai_agent_under(remote)
+    for bound in (2, 5, 9, 17):
+        recorded = parse_request(json.dumps(encode_request(spans)))
+        assert decisions(replay(recorded, "shadow", max_trace_spans=bound)) == live_counts
+
+
+def test_traces_with_lost_parents_replayed_at_the_open_traces_bound_are_decided() -> None:
+    recorded: list[ReadableSpan] = []
+    expected: dict[str, int] = {}
+    for trace_id in (0x5EED, 0x5EEE, 0x5EEF):
+        parent = SpanContext(trace_id, 0xCA11E2, is_remote=True, trace_flags=TraceFlags(1))
+        spans, live_counts = _genai_agent_under(parent)
+        document = encode_request(spans)
+        for resource in document["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                for span in scope["spans"]:
+                    span.pop("flags", None)
+        recorded += parse_request(json.dumps(document))
+        for value, count in live_counts.items():
+            expected[value] = expected.get(value, 0) + count
+    report = replay(recorded, "shadow", max_open_traces=1)
+    assert report.bounds["open_traces"] == 2
+    assert decisions(report) == expected

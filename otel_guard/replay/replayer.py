@@ -54,6 +54,7 @@ from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
     DEPLOYMENT_ENVIRONMENT_NAME,
 )
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_VERSION
+from opentelemetry.trace import SpanContext
 
 from otel_guard.guard.processor import ANY_VALUE, BatchEvaluation, GuardSpanProcessor, Profile
 from otel_guard.guard.telemetry import (
@@ -1168,6 +1169,9 @@ class Replayer:
             report.duplicate_spans += 1
             report.count_spans(duplicate, 1, start)
         by_id = trace.spans
+        if bound != "trace_spans":
+            # A trace replayed in parts as read: a parent missing now may be in a later part.
+            _root_orphans(by_id, self._replayed[trace_id][1])
         events = _events(list(by_id.values()), by_id)
         # Model calls of section 3 prompts count when they end, as live; those of inferred
         # prompts once the trace is replayed: such a prompt is decided when it ends.
@@ -1198,6 +1202,32 @@ class Replayer:
                     on_start(span)
             for record, prompt, serial in inferred_calls:
                 observe_model_call(prompt, record, serial)
+
+
+def _root_orphans(by_id: Mapping[int, _Buffered], replayed: set[int]) -> None:
+    """Read a span whose parent is in no part of its trace the replay has read as a local root
+    under a remote parent, as a live process saw it.
+
+    A parent the input lacks was never this process's local span: it ran in a caller whose
+    spans went elsewhere (another service's export, a filter of the Collector) or were never
+    exported. Live, such a parent arrives propagated and marked remote; writers that predate
+    the OTLP span flags' remote bits (or a parent lost on the way) leave the mark out. Without
+    it the prompt below would wait for its ancestors to end, which never happens: the replay
+    would decide nothing where the live guard decided. The span's recorded parent is replaced
+    by the same IDs marked remote (the replay owns its spans); ``replayed`` holds the span IDs
+    of this trace read so far, parts replayed earlier included, whose spans are not orphans'
+    parents. Not for a part of a trace cut at the ``trace_spans`` bound, whose later parts may
+    hold the parent; a trace replayed at the ``open_traces`` bound has waited while as many
+    other traces were read, and its missing parents are taken as lost (a nested prompt whose
+    parent comes after all is then read as its own prompt, on a bound the report names)."""
+    for record, _, parent_id, _, _, _ in by_id.values():
+        if parent_id is None or parent_id in by_id or parent_id in replayed:
+            continue
+        parent = record._parent
+        if parent is not None and not parent.is_remote:
+            record._parent = SpanContext(
+                parent.trace_id, parent.span_id, is_remote=True, trace_flags=parent.trace_flags
+            )
 
 
 _UNPLACED: Final = (0, -1)  # where a span without a context goes
