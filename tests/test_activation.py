@@ -105,6 +105,27 @@ def _run(
     return done.stdout, done.stderr, json.loads(lines[0][len("SUMMARY ") :])
 
 
+def _run_exporting(
+    script: str, env: dict[str, str], tmp_path: Path
+) -> tuple[str, str, dict[str, Any], dict[str, list[bytes]]]:
+    """Run ``script`` under opentelemetry-instrument, exporting OTLP to a receiver on 127.0.0.1;
+    also returns the request bodies the receiver kept, by path."""
+    from test_wire import Receiver
+
+    receiver = Receiver()
+    receiver.start()
+    try:
+        stdout, stderr, summary = _run(
+            script,
+            {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
+            tmp_path,
+            instrument=True,
+        )
+    finally:
+        receiver.stop()
+    return stdout, stderr, summary, receiver.bodies
+
+
 def _would_warn_exported(stdout: str) -> bool:
     return "acp.repeated_tool_failure_guard.decisions" in stdout and '"would_warn"' in stdout
 
@@ -375,56 +396,35 @@ def test_a_leftover_configurator_never_exports_raw_spans_under_the_guards_name(
 ) -> None:
     _instrument_available()
     pytest.importorskip("opentelemetry.distro", reason="needs the 'instrument' extra")
-    from test_wire import Receiver
-
-    receiver = Receiver()
-    receiver.start()
-    try:
-        _, stderr, summary = _run(
-            f"CANARY = {CANARY!r}\n" + RAW_AND_ZERO_CODE,
-            {
-                "OTEL_PYTHON_DISTRO": "otel_guard",
-                "OTEL_PYTHON_CONFIGURATOR": "configurator",  # the SDK's, left over
-                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-                "OTEL_TRACES_EXPORTER": "otlp",
-                "OTEL_METRICS_EXPORTER": "none",
-                "OTEL_LOGS_EXPORTER": "none",
-            },
-            tmp_path,
-            instrument=True,
-        )
-    finally:
-        receiver.stop()
+    _, stderr, summary, bodies = _run_exporting(
+        f"CANARY = {CANARY!r}\n" + RAW_AND_ZERO_CODE,
+        {
+            "OTEL_PYTHON_DISTRO": "otel_guard",
+            "OTEL_PYTHON_CONFIGURATOR": "configurator",  # the SDK's, left over
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+        },
+        tmp_path,
+    )
     assert summary["canary_placed"] is True
     assert summary["installed"] and summary["guards"] == 1 and summary["own_span_path"]
     assert "overrides OTEL_PYTHON_CONFIGURATOR='configurator'" in stderr
-    received = b"".join(receiver.bodies["/v1/traces"])
+    received = b"".join(bodies["/v1/traces"])
     assert b"execute_tool" in received  # spans did arrive
     assert CANARY.encode() not in received
 
 
 def test_the_zero_code_start_honours_otel_sdk_disabled(tmp_path: Path) -> None:
     _instrument_available()
-    from test_wire import Receiver
-
-    receiver = Receiver()
-    receiver.start()
-    try:
-        _, _, summary = _run(
-            f"CANARY = {CANARY!r}\n" + RAW_AND_ZERO_CODE,
-            {
-                "OTEL_PYTHON_DISTRO": "otel_guard",
-                "OTEL_SDK_DISABLED": "true",
-                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            },
-            tmp_path,
-            instrument=True,
-        )
-    finally:
-        receiver.stop()
+    _, _, summary, bodies = _run_exporting(
+        f"CANARY = {CANARY!r}\n" + RAW_AND_ZERO_CODE,
+        {"OTEL_PYTHON_DISTRO": "otel_guard", "OTEL_SDK_DISABLED": "true"},
+        tmp_path,
+    )
     assert not summary["installed"] and summary["guards"] == 0
     assert summary["provider"] == "ProxyTracerProvider"  # no SDK provider was built
-    assert all(bodies == [] for bodies in receiver.bodies.values())
+    assert all(sent == [] for sent in bodies.values())
 
 
 def test_install_guard_honours_otel_sdk_disabled(tmp_path: Path) -> None:
@@ -563,29 +563,20 @@ def test_the_zero_code_start_bridges_python_logging_redacted_when_asked(
     tmp_path: Path, bridged: bool
 ) -> None:
     _instrument_available()
-    from test_wire import Receiver
-
-    receiver = Receiver()
-    receiver.start()
-    try:
-        _, stderr, summary = _run(
-            f"CANARY = {CANARY!r}\n" + LOGGING_AGENT,
-            {
-                "OTEL_PYTHON_DISTRO": "otel_guard",
-                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-                "OTEL_TRACES_EXPORTER": "none",
-                "OTEL_METRICS_EXPORTER": "none",
-                "OTEL_LOGS_EXPORTER": "otlp",
-                "OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED": " True " if bridged else "",
-                "PYTHONWARNINGS": "always::DeprecationWarning",
-            },
-            tmp_path,
-            instrument=True,
-        )
-    finally:
-        receiver.stop()
+    _, stderr, summary, bodies = _run_exporting(
+        f"CANARY = {CANARY!r}\n" + LOGGING_AGENT,
+        {
+            "OTEL_PYTHON_DISTRO": "otel_guard",
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED": " True " if bridged else "",
+            "PYTHONWARNINGS": "always::DeprecationWarning",
+        },
+        tmp_path,
+    )
     assert summary["installed"] and summary["guards"] == 1
-    received = b"".join(receiver.bodies["/v1/logs"])
+    received = b"".join(bodies["/v1/logs"])
     assert b"acp.repeated_tool_failure_guard.transition" in received  # the guard's own records
     # The agent's records, before and after logging.basicConfig(force=True), only when asked.
     assert (b"step-seven" in received) is bridged
