@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import warnings
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,19 +23,23 @@ from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.exceptions import RunCancelled, UnexpectedModelBehavior
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.profiles import ModelProfile
 
 from otel_guard import BatchEvaluation
 from otel_guard.guard.telemetry import DECISIONS_METRIC
 from otel_guard.integrations.pydantic_ai import (
     RepeatedToolFailureGuard,
+    RepeatedToolFailureReminderPart,
     RepeatedToolFailureStopped,
 )
 from otel_guard.reducer import REMINDER, STOP_MESSAGE, Batch
@@ -209,6 +214,107 @@ def test_a_model_that_reads_the_reminder_and_changes_approach_is_not_stopped() -
     final = setup.evaluations[-1]
     assert (final.decision.kind, final.decision.reason) == ("reset", "success")
     assert final.decision.state.failure_count == 0 and final.decision.state.phase == "idle"
+
+
+# -- the reminder's voice: what the model is sent, and what the history keeps ------------------
+
+INLINE_SYSTEM = ModelProfile(supports_inline_system_prompts=True)
+
+
+@dataclass
+class SeenModel(ScriptedModel):
+    """A script that keeps every whole message list the model was sent, as the model got it."""
+
+    sent: list[list[ModelMessage]] = field(default_factory=list)
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.sent.append(list(messages))
+        return super().__call__(messages, info)
+
+
+def _reminder_parts(messages: list[ModelMessage]) -> list[Any]:
+    return [
+        part
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in _parts(message)
+        if REMINDER in str(getattr(part, "content", ""))
+    ]
+
+
+def _guarded_run(mode: str, profile: ModelProfile | None) -> tuple[SeenModel, list[Any], Any]:
+    """A failing run in ``mode`` on a model with ``profile``: the model, the warnings the run
+    raised, and its outcome (the stop, or pydantic-ai's own retry limit)."""
+    setup = Setup(mode)
+    model = SeenModel(always_failing())
+    agent = Agent(FunctionModel(model, profile=profile), capabilities=[setup.capability])
+
+    @agent.tool_plain(retries=TOOL_RETRIES)
+    def run_shell(command: str) -> str:
+        raise ModelRetry("make: *** [all] Error 2")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises((RepeatedToolFailureStopped, UnexpectedModelBehavior)) as raised:
+            agent.run_sync("build it")
+    expected = {"warn": {"tracked": 1, "warned": 1, "would_stop": 1}}
+    assert setup.decisions() == expected.get(mode, {"tracked": 1, "warned": 1, "stopped": 1})
+    return model, list(caught), raised.value
+
+
+@pytest.mark.parametrize("mode", ["warn", "enforce"])
+def test_delivering_the_reminder_raises_no_warning(mode: str) -> None:
+    _, caught, _ = _guarded_run(mode, None)
+    assert [str(w.message) for w in caught if issubclass(w.category, UserWarning)] == []
+
+
+@pytest.mark.parametrize("mode", ["warn", "enforce"])
+@pytest.mark.parametrize(
+    ("profile", "rendered"),
+    [
+        # A model API with mid-conversation system messages gets one.
+        (INLINE_SYSTEM, (SystemPromptPart, REMINDER)),
+        # One without gets pydantic-ai's system framing on the user channel.
+        (None, (UserPromptPart, f"<system>{REMINDER}</system>")),
+    ],
+    ids=["inline-system", "system-framed"],
+)
+def test_the_model_is_sent_the_reminder_once_in_the_applications_voice(
+    mode: str, profile: ModelProfile | None, rendered: tuple[type[Any], str]
+) -> None:
+    model, _, outcome = _guarded_run(mode, profile)
+    requests = 3 if mode == "enforce" else TOOL_RETRIES + 1
+    assert len(model.sent) == requests
+    # Nothing before the failing batches settled; then the request after them carries it.
+    assert [len(_reminder_parts(sent)) for sent in model.sent[:3]] == [0, 0, 1]
+    (reminder,) = _reminder_parts([model.sent[2][-1]])
+    assert (type(reminder), reminder.content) == rendered
+    # Later requests carry it once more, where the history has it, never again anew.
+    for sent in model.sent[3:]:
+        assert _reminder_parts(sent) == [reminder]
+        assert _reminder_parts([sent[-1]]) == []
+    if mode == "enforce":  # reminded once, then stopped instead of a fourth request
+        assert isinstance(outcome, RepeatedToolFailureStopped)
+        stop = outcome.messages[-1].parts[-1]
+        assert isinstance(stop, SystemPromptPart) and stop.content == STOP_MESSAGE
+
+
+def test_the_history_keeps_the_reminder_as_the_guards_own_part() -> None:
+    _, _, stopped = _guarded_run("enforce", None)
+    assert isinstance(stopped, RepeatedToolFailureStopped)
+    (reminder,) = _reminder_parts(stopped.messages)
+    if RepeatedToolFailureReminderPart is None:  # a pydantic-ai without capability parts
+        assert isinstance(reminder, SystemPromptPart) and reminder.content == REMINDER
+        return
+    assert isinstance(reminder, RepeatedToolFailureReminderPart)
+    assert reminder.kind == "otel_guard.repeated_tool_failure_reminder"
+    assert reminder.content == REMINDER and reminder.source.authority == "operator"
+    # Saved and loaded again, the history still holds it by type.
+    loaded = ModelMessagesTypeAdapter.validate_json(
+        ModelMessagesTypeAdapter.dump_json(stopped.messages)
+    )
+    (again,) = _reminder_parts(loaded)
+    assert isinstance(again, RepeatedToolFailureReminderPart) and again.content == REMINDER
 
 
 def test_parallel_tool_calls_in_one_response_form_one_batch() -> None:
@@ -401,8 +507,11 @@ def test_documented_example_stops_after_three_responses(
     blocks = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S)
     (example,) = [b for b in blocks if "RepeatedToolFailureGuard(guard)" in b]
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(example, str(readme), "exec"), namespace)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(example, str(readme), "exec"), namespace)
     assert capsys.readouterr().out.splitlines() == [STOP_MESSAGE]
+    assert [str(w.message) for w in caught] == []  # nothing on stderr for a new user
     responses = [m for m in namespace["history"] if isinstance(m, ModelResponse)]
     assert len(responses) == 3
 

@@ -34,8 +34,10 @@ no toolset kind, and MCP toolset IDs are masked for telemetry), so every call is
 
 Modes are the guard's: in ``shadow`` (and ``off``) the run goes exactly as without the
 capability; in ``warn`` and ``enforce`` the reminder reaches the model as a system part of the
-next request; in ``enforce`` the run then raises :class:`RepeatedToolFailureStopped` once the
-next matching failing batch has settled, instead of sending another request.
+next request (a :data:`RepeatedToolFailureReminderPart` where pydantic-ai has capability parts,
+else a ``SystemPromptPart``); in ``enforce`` the run then raises
+:class:`RepeatedToolFailureStopped` once the next matching failing batch has settled, instead of
+sending another request.
 
 Streaming runs are guarded the same: ``run_stream()`` (which runs a streamed response's tools
 before ``wrap_node_run``, after ``before_node_run``), ``run_stream_events()``, and ``iter()`` with
@@ -54,8 +56,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as context_api
@@ -64,6 +68,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, Tracer
 from pydantic import ValidationError
 from pydantic_ai import CallToolsNode, ModelRequestNode, RunContext
+from pydantic_ai import messages as _messages
 from pydantic_ai.capabilities import (
     AbstractCapability,
     AgentNode,
@@ -110,7 +115,11 @@ from otel_guard.spans.attributes import INVOKE_AGENT, OPERATION_NAME, PROMPT_ID,
 if TYPE_CHECKING:
     from pydantic_ai.run import AgentRunResult
 
-__all__ = ["RepeatedToolFailureGuard", "RepeatedToolFailureStopped"]
+__all__ = [
+    "RepeatedToolFailureGuard",
+    "RepeatedToolFailureReminderPart",
+    "RepeatedToolFailureStopped",
+]
 
 _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -121,12 +130,60 @@ _WRAPPERS = (ToolRetryError, ToolFailedError, UnexpectedModelBehavior)
 _NOT_RUN = (CallDeferred, ApprovalRequired)
 
 
+# pydantic-ai's capability parts (2.78 has them, 2.68 does not), looked up by name so that the
+# module imports, and type-checks, against either version. Where they exist, a capability says
+# what it has to say mid-run as a part of a kind it defines, which the framework renders in the
+# voice the part's source allows; a bare SystemPromptPart it enqueues draws a UserWarning.
+_INSTRUCTION_PART: Any = getattr(_messages, "InstructionCapabilityPart", None)
+_OPERATOR_SOURCE: Any = getattr(_messages, "OperatorSource", None)
+_OPERATOR_TEXT: Any = getattr(_messages, "OperatorText", str)
+
+
+def _define_reminder_part() -> Any:
+    if _INSTRUCTION_PART is None or _OPERATOR_SOURCE is None:
+        return None
+    kind = types.new_class(
+        "RepeatedToolFailureReminderPart",
+        (_INSTRUCTION_PART,),
+        {"namespace": "otel_guard", "name": "repeated_tool_failure_reminder"},
+        lambda body: body.update(
+            __module__=__name__,
+            __doc__="The guard's reminder, told to the model in the application's voice.",
+        ),
+    )
+    return dataclass(kw_only=True, repr=False)(kind)
+
+
+RepeatedToolFailureReminderPart: Any = _define_reminder_part()
+"""The guard's reminder in a run's history: an instruction capability part of kind
+``otel_guard.repeated_tool_failure_reminder``, or ``None`` with a pydantic-ai that has no
+capability parts, where the reminder is a ``SystemPromptPart``.
+
+Its source is an ``OperatorSource``, whose authority lets pydantic-ai render it to the model as
+a mid-conversation system message, in the application's voice (a lower one would move it to the
+user's turn or frame it as data). Code finds the reminder in ``result.all_messages()`` by type.
+"""
+
+
+def _reminder_part(text: str) -> Any:
+    """The reminder, as ``ctx.enqueue`` takes it, for the next model request's system voice."""
+    if RepeatedToolFailureReminderPart is None:
+        return SystemPromptPart(text)
+    return RepeatedToolFailureReminderPart(content=_OPERATOR_TEXT(text), source=_OPERATOR_SOURCE())
+
+
 class RepeatedToolFailureStopped(AgentRunError):
     """An ``enforce`` guard stopped the run after its reminder did not change the failing approach.
 
     Raised from the agent run instead of the next model request. ``message`` is the guard's fixed
     stop text. ``messages`` is the run's history with the settled batch's tool results and the
     stop text as a final system part: pass it as ``message_history`` with new user input to go on.
+
+    The stop text is a plain ``SystemPromptPart`` on every pydantic-ai version, unlike the reminder:
+    it is never enqueued into the run (no model sees it as part of this run), it is the history the
+    application owns and sends on as its own, and code that handles the stop finds it there by
+    ``SystemPromptPart`` as documented. The reminder before it is a
+    :data:`RepeatedToolFailureReminderPart` where pydantic-ai has capability parts.
     """
 
     def __init__(self, message: str, *, prompt_id: str, messages: list[ModelMessage]) -> None:
@@ -246,7 +303,7 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         if action is None:
             return result
         if action.kind == "reminder":
-            delivered = self._quietly(lambda: ctx.enqueue(SystemPromptPart(action.text)))
+            delivered = self._quietly(lambda: ctx.enqueue(_reminder_part(action.text)))
             self._reminder_lost = delivered is None
             return result
         if self._reminder_lost:
