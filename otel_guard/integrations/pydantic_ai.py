@@ -29,8 +29,9 @@ and the exported trace replays to the same decisions through the GenAI-conventio
 The guard's records then carry the trace ID of the run and the span ID of a batch span that is
 not exported.
 
-pydantic-ai 2.68 marks no tool definition as coming from an MCP server (its tool definitions carry
-no toolset kind, and MCP toolset IDs are masked for telemetry), so every call is ``native``.
+pydantic-ai (2.68 to 2.78) marks no tool definition as coming from an MCP server (its tool
+definitions carry no toolset kind, and MCP toolset IDs are masked for telemetry), so every call
+is ``native``.
 
 Modes are the guard's: in ``shadow`` (and ``off``) the run goes exactly as without the
 capability; in ``warn`` and ``enforce`` the reminder reaches the model as a system part of the
