@@ -475,6 +475,71 @@ def _replay(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, dict[s
     return code, json.loads(captured.out), captured.err
 
 
+def _section_3_below_a_node(agent: Agent, node_ends_first: bool, beside: bool = False) -> None:
+    """OpenLLMetry's LangGraph run around the LangChain integration: ``invoke_agent LangGraph``,
+    a nested ``LangGraph.workflow`` prompt span, a node span, and below it the integration's
+    section 3 prompt span with its batch spans; the framework's own model and tool spans sit
+    below the workflow span. ``node_ends_first``: the node span ends right after the section 3
+    prompt span starts (before any span of the trace is claimed), else just after it ends.
+    ``beside``: the node is a sibling of the GenAI prompt under a plain root span instead."""
+    harness = agent.harness
+    root = harness.tracer.start_span("POST /run") if beside else None
+    with agent.prompt(parent=root) as outer:
+        workflow = agent.span(
+            outer, "LangGraph.workflow", {"gen_ai.operation.name": "invoke_agent"}
+        )
+        node = agent.span(
+            root if root is not None else workflow,
+            "execute_task before_agent",
+            {"gen_ai.operation.name": "execute_task"},
+        )
+        acp = harness.tracer.start_span(
+            "invoke_agent",
+            context=set_span_in_context(node),
+            attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "acp-1"},
+        )
+        if node_ends_first:
+            node.end()
+        for _ in range(3):
+            agent.turn(workflow)
+            harness.failing_batches("acp-1", 1, parent=acp)
+        acp.end()
+        if not node_ends_first:
+            node.end()
+        workflow.end()
+    if root is not None:
+        root.end()
+
+
+@pytest.mark.parametrize("node_ends_first", [True, False])
+def test_a_genai_prompt_with_an_acp_prompt_below_it_is_handed_over_to_section_3(
+    node_ends_first: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = Agent()
+    _section_3_below_a_node(agent, node_ends_first)
+    assert [(e.prompt_id, e.profile) for e in agent.evaluations] == [("acp-1", "acp")] * 3
+    live = agent.harness.decision_counts()
+    assert live == {"tracked": 1, "would_warn": 1, "would_stop": 1}
+    assert agent.harness.guard.diagnostics() == {}
+    code, report, err = _replay(capsys, _write(agent, tmp_path / "below.jsonl"))
+    assert code == 0 and err == ""
+    assert report["profiles"] == {"acp": 1, "genai": 0, "openinference": 0}
+    assert {k: v for k, v in report["decisions"].items() if v} == live
+
+
+def test_an_acp_prompt_beside_a_genai_prompt_leaves_it_evaluated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = Agent()
+    _section_3_below_a_node(agent, node_ends_first=False, beside=True)
+    assert sorted({e.profile for e in agent.evaluations}) == ["acp", "genai"]
+    live = agent.harness.decision_counts()
+    code, report, err = _replay(capsys, _write(agent, tmp_path / "beside.jsonl"))
+    assert code == 0 and err == ""
+    assert report["profiles"] == {"acp": 1, "genai": 1, "openinference": 0}
+    assert {k: v for k, v in report["decisions"].items() if v} == live
+
+
 def test_replay_reads_genai_traces_with_the_live_decisions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -711,12 +711,22 @@ def test_beside_an_instrumentation_enforce_still_reminds_once_then_stops(name: s
     assert run["acp"] == ["tracked", "tracked", "tracked", "warn", "stop"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the instrumentation's own prompt is decided too: its trace (OpenInference) or an "
-    "ancestor that is not the section 3 prompt's parent (OpenLLMetry) is not shielded",
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            "openinference",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the instrumentation's own prompt is decided too: it is a trace of its "
+                "own, with no link to the section 3 prompt's",
+            ),
+        ),
+        # OpenLLMetry's invoke_agent LangGraph has the section 3 prompt span below it (through
+        # a node span that ended first): it is handed over, not decided.
+        "openllmetry",
+    ],
 )
-@pytest.mark.parametrize("name", sorted(INSTRUMENTATIONS))
 def test_beside_an_instrumentation_each_batch_is_decided_once(name: str) -> None:
     run = _instrumented_enforce_run(name)
     assert run["profiles"] == ["acp"]

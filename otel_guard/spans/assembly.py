@@ -16,7 +16,10 @@ span with a parent ends in it). From then on every span of the trace that ends l
 (span ID -> parent span ID) behind, so a tool or model-call span is joined to its prompt through
 intermediates that ended before or after it ("cycle", "Step N", a "tools" chain, a model call
 that parents its tools). Children end before their ancestors, so the links a call needs are all
-there once its prompt has ended.
+there once its prompt has ended. A span with a claim key that no profile claims (a LangGraph
+node span, ``execute_task``) ending before its trace is watched leaves its link too, kept apart
+(bounded, all traces together) until the trace is watched: the processor hands such spans here
+anyway, and a section 3 prompt span may outlive the node span it started in.
 
 **The outermost prompt.** A prompt span nested in another (OpenLLMetry's ``invoke_agent
 LangGraph`` around ``LangGraph.workflow``) is part of the outer one. When a prompt span ends,
@@ -37,9 +40,14 @@ the batch incomplete (``batch_overflow``). A window without tool calls is not a 
 **Section 3 spans.** An ``acp.*`` prompt span below an inferred prompt shields its subtree (its
 spans are section 3's); a trace whose local root is an ``acp.*`` prompt span is not watched at
 all while that span is open, so section 3 hosts pay nothing for the inferred profiles. When it
-is a direct child of the prompt span, the host describes that
-very prompt with section 3 spans: the inferred prompt is not evaluated at all, so no call is
-counted twice.
+is anywhere below the prompt span (found through the links of ended spans, as lineage), the
+host describes that very prompt with section 3 spans (the LangChain integration's prompt span
+below OpenLLMetry's ``invoke_agent LangGraph``, through a node span): the inferred prompt is not
+evaluated at all, so no call is counted twice. This is decided when the prompt settles, at its
+outermost prompt span's or local root's end: the section 3 prompt span and the spans between
+it and the prompt span have ended by then, in whatever order, or it is not below the prompt.
+The price: an outer agent that calls a section 3 sub-agent has its own tool calls unevaluated
+too (its prompt is never enforced, so only shadow decisions are lost).
 
 **Bounded.** Watched traces are capped in number (``max_traces``, oldest first, an ``evicted``
 diagnostic) and in bytes of kept data together (``max_bytes``, counted generously per link, call
@@ -101,6 +109,9 @@ _NO_EVENTS: Final[list[ProfileEvent]] = []  # never appended to
 _MAX_DROPPED_TRACES: Final = 4096
 # Span IDs of finished parts of traces (below a local root under a remote parent) remembered.
 _MAX_ENDED_SPANS: Final = 16384
+# Links of spans with a claim key that no profile claimed, ended before their trace was
+# watched, kept (all traces together, oldest trace first out) until it is.
+_MAX_EARLY_LINKS: Final = 16384
 
 
 def _below(
@@ -123,6 +134,19 @@ def _below(
     for step in path:
         memo[step] = found
     return found
+
+
+def _reaches(span_id: int, ancestor: int, links: Mapping[int, int | None]) -> bool:
+    """Whether ``ancestor`` is above ``span_id`` through ``links`` (span -> parent), through any
+    span, section 3 ones included."""
+    current = links.get(span_id)
+    steps = 0
+    while current is not None and steps <= len(links):  # bounded: a malformed parent cycle
+        if current == ancestor:
+            return True
+        current = links.get(current)
+        steps += 1
+    return False
 
 
 class _Stand:
@@ -194,6 +218,9 @@ class InferredAssembly:
         self._ended_spans: OrderedDict[int, None] = OrderedDict()
         # Inferred prompts settled, by ID: their prompt span's (start, end), bounded.
         self._settled: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        # Links of unclaimed spans with a claim key that ended before their trace was watched.
+        self._early: OrderedDict[int, dict[int, int | None]] = OrderedDict()
+        self._early_links = 0
         self._arrivals = 0
         self._prompts = 0
         self._model_calls = 0
@@ -226,6 +253,8 @@ class InferredAssembly:
         self._section_3_roots.clear()
         self._ended_spans.clear()
         self._settled.clear()
+        self._early.clear()
+        self._early_links = 0
         self._bytes = 0
 
     def turns_away(self, trace_id: int) -> bool:
@@ -296,6 +325,7 @@ class InferredAssembly:
                     break
         if trace is None:
             if claim is None and not shield:
+                self._early_link(trace_id, span_id, parent_id)
                 return events
             if trace_id in self._section_3_roots:
                 return events  # below a section 3 prompt span: never an inferred prompt's
@@ -310,6 +340,12 @@ class InferredAssembly:
                     self._orphans += 1
                 return events
             trace = traces[trace_id] = _Trace()
+            early = self._early.pop(trace_id, None)
+            if early is not None:
+                self._early_links -= len(early)
+                trace.links.update(early)
+                trace.bytes += len(early) * _LINK_BYTES
+                self._bytes += len(early) * _LINK_BYTES
             if len(traces) > self._max_traces:
                 self._drop_oldest("evicted", events)
         elif claim is not None:
@@ -329,6 +365,28 @@ class InferredAssembly:
         remote_root = parent is not None and parent.is_remote
         self._after(trace_id, trace, span_id, parent_id, claim, events, remote_root)
         return events
+
+    def _early_link(self, trace_id: int, span_id: int, parent_id: int | None) -> None:
+        """A span with a claim key that no profile claims ended in a trace not watched (yet): its
+        link is kept, bounded, for when the trace is (a LangGraph node span that ends before the
+        first model call while a section 3 prompt span started in it is still open)."""
+        early = self._early
+        if parent_id is None:
+            # Its trace's local root: nothing below it can be watched as a whole any more.
+            gone = early.pop(trace_id, None)
+            if gone is not None:
+                self._early_links -= len(gone)
+            return
+        if trace_id in self._section_3_roots or trace_id in self._dropped:
+            return
+        links = early.get(trace_id)
+        if links is None:
+            links = early[trace_id] = {}
+        if span_id not in links:
+            self._early_links += 1
+        links[span_id] = parent_id
+        while self._early_links > _MAX_EARLY_LINKS and early:
+            self._early_links -= len(early.popitem(last=False)[1])
 
     def _after(
         self,
@@ -486,7 +544,7 @@ class InferredAssembly:
         def below(span_id: int) -> bool:
             return _below(span_id, links, shields, memo)
 
-        handed_over = any(links.get(shield) == prompt_span_id for shield in shields)
+        handed_over = any(_reaches(shield, prompt_span_id, links) for shield in shields)
         calls = [call for call in trace.calls if below(call[2])]
         models = [model for model in trace.models if below(model[2])]
         if calls:

@@ -5,7 +5,8 @@ Run as a script (``python tests/vectors/generate_connector_golden.py``). It writ
 
 * ``demo-traces.jsonl``: a copy of ``examples/demo-traces.jsonl`` (the section 3 profile);
 * ``genai-traces.jsonl``: GenAI-conventions agents (section 3b) built with the SDK, with fixed IDs
-  and times so the file is the same on every run;
+  and times so the file is the same on every run (one of them with the section 3 spans of an
+  integration inside its run, which it is handed over to);
 * ``expected.json``: what ``otel-guard replay --format json`` reports for each of them.
 
 The Go test ``TestDecisionCountsEqualReplay`` asserts the connector's decision counts equal these;
@@ -148,6 +149,77 @@ def _agent(
     prompt.end(end_time=clock.tick())
 
 
+def _handed_over(tracer: Tracer, clock: _Clock, rounds: int) -> None:
+    """OpenLLMetry's LangGraph run around the LangChain integration: ``invoke_agent LangGraph``,
+    a nested workflow prompt span, a node span that ends right after the integration's section 3
+    prompt span starts below it, the framework's model and tool spans below the workflow and the
+    integration's batch spans below its prompt span. The inferred prompt is handed over: only
+    the section 3 batches are decided."""
+    outer = tracer.start_span(
+        "invoke_agent LangGraph",
+        start_time=clock.tick(),
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv-lg"},
+    )
+    workflow = tracer.start_span(
+        "LangGraph.workflow",
+        context=set_span_in_context(outer),
+        start_time=clock.tick(),
+        attributes={"gen_ai.operation.name": "invoke_agent"},
+    )
+    node = tracer.start_span(
+        "execute_task before_agent",
+        context=set_span_in_context(workflow),
+        start_time=clock.tick(),
+        attributes={"gen_ai.operation.name": "execute_task"},
+    )
+    acp = tracer.start_span(
+        "invoke_agent",
+        context=set_span_in_context(node),
+        start_time=clock.tick(),
+        attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "lg-1"},
+    )
+    node.end(end_time=clock.tick())
+    for number in range(rounds):
+        model = tracer.start_span(
+            "chat",
+            context=set_span_in_context(workflow),
+            start_time=clock.tick(),
+            attributes={"gen_ai.operation.name": "chat"},
+        )
+        model.end(end_time=clock.tick(5))
+        batch = tracer.start_span(
+            "tool_batch",
+            context=set_span_in_context(acp),
+            start_time=clock.tick(),
+            attributes={"acp.prompt.id": "lg-1", "acp.batch.admitted": 2},
+        )
+        for index in range(2):
+            call = f"lg-{number}-{index}"
+            _tool(tracer, clock, workflow, "read_file", call, "FileNotFoundError").end(
+                end_time=clock.tick(2)
+            )
+            section_3 = tracer.start_span(
+                "execute_tool read_file",
+                context=set_span_in_context(batch),
+                start_time=clock.tick(),
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "read_file",
+                    "gen_ai.tool.call.id": call,
+                    "acp.tool.type": "native",
+                    "acp.tool.status": "error",
+                    "acp.tool.execution.status": "error",
+                    "acp.tool.execution.error_type": "filenotfounderror",
+                },
+            )
+            section_3.end(end_time=clock.tick(2))
+        batch.set_attribute("acp.input.reliable", True)
+        batch.end(end_time=clock.tick())
+    acp.end(end_time=clock.tick())
+    workflow.end(end_time=clock.tick())
+    outer.end(end_time=clock.tick())
+
+
 def genai_spans() -> list[ReadableSpan]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(
@@ -185,6 +257,8 @@ def genai_spans() -> list[ReadableSpan]:
             0x7E57_BEEF, 0xCA11E5 + call, is_remote=True, trace_flags=TraceFlags(1)
         )
         _agent(tracer, clock, None, [fail] * 3, caller=caller)
+    # A section 3 prompt span below the GenAI prompt, through an ended node span: handed over.
+    _handed_over(tracer, clock, rounds=3)
     provider.shutdown()
     return list(exporter.get_finished_spans())
 

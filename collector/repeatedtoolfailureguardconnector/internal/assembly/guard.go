@@ -151,9 +151,9 @@ func (g *Guard) diag(name, promptID string, trace pcommon.TraceID, span pcommon.
 
 // trace is the per-replay view of one trace part.
 type trace struct {
-	byID     map[pcommon.SpanID]*spans.Span
-	kinds    map[*spans.Span]spans.Kind
-	children map[pcommon.SpanID][]*spans.Span
+	byID       map[pcommon.SpanID]*spans.Span
+	kinds      map[*spans.Span]spans.Kind
+	acpPrompts []*spans.Span // section 3 prompt spans, in the order read
 	// the inferred prompts, by the index of the event that settles them
 	settleAt   map[int][]*genaiPrompt
 	batches    map[pcommon.SpanID]*openBatch
@@ -170,7 +170,6 @@ func (g *Guard) Replay(part []*spans.Span) telemetry.Output {
 	t := &trace{
 		byID:       make(map[pcommon.SpanID]*spans.Span, len(part)),
 		kinds:      make(map[*spans.Span]spans.Kind, len(part)),
-		children:   map[pcommon.SpanID][]*spans.Span{},
 		settleAt:   map[int][]*genaiPrompt{},
 		batches:    map[pcommon.SpanID]*openBatch{},
 		promptSpan: map[*spans.Span]string{},
@@ -186,8 +185,8 @@ func (g *Guard) Replay(part []*spans.Span) telemetry.Output {
 	for _, s := range part {
 		root := s.ParentID.IsEmpty() || s.RemoteParent
 		t.kinds[s] = spans.Classify(s, root)
-		if !s.ParentID.IsEmpty() {
-			t.children[s.ParentID] = append(t.children[s.ParentID], s)
+		if t.kinds[s] == spans.ACPPrompt {
+			t.acpPrompts = append(t.acpPrompts, s)
 		}
 	}
 	events := Events(part, t.byID)
@@ -245,7 +244,7 @@ func (g *Guard) lineage(t *trace, part []*spans.Span) {
 				outer = cur
 			}
 		}
-		if shielded || outer == nil || g.handedOver(t, outer) {
+		if shielded || outer == nil {
 			continue
 		}
 		if k != spans.ModelCall && k != spans.GenAITool && outer != s {
@@ -276,7 +275,7 @@ func (g *Guard) lineage(t *trace, part []*spans.Span) {
 	sort.Slice(ordered, func(i, j int) bool { return t.endAt[ordered[i].span] < t.endAt[ordered[j].span] })
 	for _, p := range ordered {
 		at := t.endAt[localRoot(t, p.span)]
-		if t.endAt[p.span] <= at {
+		if t.endAt[p.span] <= at && !handedOver(t, p.span, at) {
 			t.settleAt[at] = append(t.settleAt[at], p)
 		}
 	}
@@ -297,12 +296,29 @@ func localRoot(t *trace, s *spans.Span) *spans.Span {
 	return s
 }
 
-// handedOver: a GenAI prompt span with a section 3 prompt span as a direct child is read
-// through that prompt's section 3 spans instead.
-func (g *Guard) handedOver(t *trace, s *spans.Span) bool {
-	for _, c := range t.children[s.SpanID] {
-		if t.kinds[c] == spans.ACPPrompt {
-			return true
+// handedOver: an inferred prompt span with a section 3 prompt span anywhere below it is the
+// same host's prompt, read through its section 3 spans instead, as otel_guard/spans/assembly.py
+// decides when the prompt settles (the end event at index at): the section 3 prompt span and
+// every span between it and the prompt span had ended by then.
+func handedOver(t *trace, s *spans.Span, at int) bool {
+	for _, c := range t.acpPrompts {
+		if t.endAt[c] >= at {
+			continue
+		}
+		seen := map[pcommon.SpanID]bool{c.SpanID: true}
+		for cur := c; !cur.ParentID.IsEmpty() && !cur.RemoteParent; {
+			parent := t.byID[cur.ParentID]
+			if parent == nil || seen[parent.SpanID] {
+				break
+			}
+			if parent == s {
+				return true
+			}
+			if t.endAt[parent] >= at {
+				break // still open when the prompt settled: no link of it yet
+			}
+			seen[parent.SpanID] = true
+			cur = parent
 		}
 	}
 	return false

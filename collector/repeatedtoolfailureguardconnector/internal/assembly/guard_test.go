@@ -507,3 +507,50 @@ func TestOptedOutPromptGetsNoDiagnostics(t *testing.T) {
 		t.Fatalf("late spans %d, want 1", count(out, telemetry.DiagLateSpan))
 	}
 }
+
+// An inferred prompt with a section 3 prompt span anywhere below it is that host's prompt
+// described by section 3 (an integration inside an instrumented LangGraph run): it is not
+// evaluated, whether the node span between them ended before the section 3 prompt span or
+// after it. A section 3 prompt span beside the inferred prompt leaves it evaluated.
+func TestSection3PromptBelowAnInferredPrompt(t *testing.T) {
+	build := func(nodeEnd uint64, beside bool) []*spans.Span {
+		b := newBuilder(12)
+		top := pcommon.SpanID{}
+		if beside {
+			top = b.span(pcommon.SpanID{}, 0, 1000*ms, map[string]any{"http.method": "POST"})
+		}
+		agent := b.span(top, 1*ms, 999*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+		workflow := b.span(agent, 2*ms, 998*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+		for round := uint64(0); round < 4; round++ {
+			at := (10 + 100*round) * ms
+			b.span(workflow, at, at+1*ms, map[string]any{"gen_ai.operation.name": "chat"})
+			b.span(workflow, at+2*ms, at+3*ms, map[string]any{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.tool.call.id": string(rune('a' + round)), "error.type": "Boom"})
+		}
+		parent := workflow
+		if beside {
+			parent = top
+		}
+		node := b.span(parent, 3*ms, nodeEnd, map[string]any{"gen_ai.operation.name": "execute_task"})
+		p := b.span(node, 4*ms, 990*ms, map[string]any{"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "p"})
+		acpBatch(b, p, "p", 20*ms, 1)
+		return b.out
+	}
+	for _, c := range []struct {
+		name    string
+		nodeEnd uint64
+		beside  bool
+	}{{"node ended before", 5 * ms, false}, {"node ended after", 995 * ms, false}, {"beside", 995 * ms, true}} {
+		g := defaultGuard()
+		evs := record(g)
+		g.Replay(build(c.nodeEnd, c.beside))
+		inferred := 0
+		for _, e := range *evs {
+			if e.Profile != spans.ProfileACP {
+				inferred++
+			}
+		}
+		if want := map[bool]int{false: 0, true: 4}[c.beside]; inferred != want || len(*evs) != want+1 {
+			t.Fatalf("%s: %d inferred of %d evaluations, want %d", c.name, inferred, len(*evs), want)
+		}
+	}
+}
