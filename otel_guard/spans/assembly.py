@@ -68,6 +68,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sized
+from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -112,10 +113,14 @@ _MAX_ENDED_SPANS: Final = 16384
 # Links of spans with a claim key that no profile claimed, ended before their trace was
 # watched, kept (all traces together, oldest trace first out) until it is.
 _MAX_EARLY_LINKS: Final = 16384
+_NO_SHIELDS: Final[frozenset[int]] = frozenset()
 
 
 def _below(
-    span_id: int, links: Mapping[int, int | None], shields: set[int], memo: dict[int, bool]
+    span_id: int,
+    links: Mapping[int, int | None],
+    shields: AbstractSet[int],
+    memo: dict[int, bool],
 ) -> bool:
     """Whether ``span_id`` is below a span ``memo`` holds as True, through ``links`` (span ->
     parent), not through a span of ``shields``; ``memo`` learns every span walked."""
@@ -134,19 +139,6 @@ def _below(
     for step in path:
         memo[step] = found
     return found
-
-
-def _reaches(span_id: int, ancestor: int, links: Mapping[int, int | None]) -> bool:
-    """Whether ``ancestor`` is above ``span_id`` through ``links`` (span -> parent), through any
-    span, section 3 ones included."""
-    current = links.get(span_id)
-    steps = 0
-    while current is not None and steps <= len(links):  # bounded: a malformed parent cycle
-        if current == ancestor:
-            return True
-        current = links.get(current)
-        steps += 1
-    return False
 
 
 class _Stand:
@@ -544,7 +536,9 @@ class InferredAssembly:
         def below(span_id: int) -> bool:
             return _below(span_id, links, shields, memo)
 
-        handed_over = any(_reaches(shield, prompt_span_id, links) for shield in shields)
+        # Through any span, section 3 ones included: a section 3 prompt span anywhere below.
+        reach: dict[int, bool] = {prompt_span_id: True}
+        handed_over = any(_below(shield, links, _NO_SHIELDS, reach) for shield in shields)
         calls = [call for call in trace.calls if below(call[2])]
         models = [model for model in trace.models if below(model[2])]
         if calls:
