@@ -89,6 +89,15 @@ def _tool(
     return span
 
 
+def _chat(tracer: Tracer, clock: _Clock, parent: Span) -> Span:
+    return tracer.start_span(
+        "chat",
+        context=set_span_in_context(parent),
+        start_time=clock.tick(),
+        attributes={"gen_ai.operation.name": "chat"},
+    )
+
+
 def _agent(
     tracer: Tracer,
     clock: _Clock,
@@ -119,12 +128,7 @@ def _agent(
         )
     held: Span | None = None
     for number, calls in enumerate(rounds):
-        model = tracer.start_span(
-            "chat",
-            context=set_span_in_context(parent),
-            start_time=clock.tick(),
-            attributes={"gen_ai.operation.name": "chat"},
-        )
+        model = _chat(tracer, clock, parent)
         if held is not None:
             held.end(end_time=clock.tick())  # ends after the next model call started: late
             held = None
@@ -135,12 +139,7 @@ def _agent(
                 held = span
             else:
                 span.end(end_time=clock.tick(2))
-    closing = tracer.start_span(
-        "chat",
-        context=set_span_in_context(parent),
-        start_time=clock.tick(),
-        attributes={"gen_ai.operation.name": "chat"},
-    )
+    closing = _chat(tracer, clock, parent)
     closing.end(end_time=clock.tick(5))
     if held is not None:
         held.end(end_time=clock.tick())
@@ -180,12 +179,7 @@ def _handed_over(tracer: Tracer, clock: _Clock, rounds: int) -> None:
     )
     node.end(end_time=clock.tick())
     for number in range(rounds):
-        model = tracer.start_span(
-            "chat",
-            context=set_span_in_context(workflow),
-            start_time=clock.tick(),
-            attributes={"gen_ai.operation.name": "chat"},
-        )
+        model = _chat(tracer, clock, workflow)
         model.end(end_time=clock.tick(5))
         batch = tracer.start_span(
             "tool_batch",
