@@ -37,6 +37,10 @@ error result into an error ``ToolMessage`` by default (``handle_tool_errors=True
 guard can only record ``unknown``: load the tools with ``handle_tool_errors=False`` so that the
 ``ToolException`` reaches the guard.
 
+Beside OpenInference's LangChain instrumentation, whose spans are never made current, the
+prompt span starts below its span of the running node (see :func:`_instrumented_parent`), so the
+run is one trace and the guard decides it once, from the section 3 spans.
+
 Streaming runs are guarded the same (``stream``/``astream`` in every ``stream_mode``): the
 hooks are graph nodes, which run alike however the graph is driven; a stop raises from the
 iteration. Guard bookkeeping never raises into the agent.
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -57,8 +62,9 @@ from langchain_core.messages import AIMessage, AnyMessage, SystemMessage, ToolMe
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from opentelemetry import context as context_api
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Tracer, set_span_in_context
 from pydantic import BaseModel, ValidationError
 from typing_extensions import NotRequired
 
@@ -88,6 +94,7 @@ _KEY = "otel_guard_prompt_id"
 # Runs whose end hook never ran (an exception out of the agent) are closed past this many.
 _MAX_OPEN_RUNS = 1024
 _MCP_ADAPTERS = "langchain_mcp_adapters"
+_OPENINFERENCE = "openinference.instrumentation.langchain"
 
 
 class RepeatedToolFailureStopped(RuntimeError):
@@ -183,7 +190,13 @@ class RepeatedToolFailureMiddleware(AgentMiddleware[GuardState, Any, Any]):
         return self.after_agent(state, runtime)
 
     def _start(self, prompt_id: str, earlier: AIMessage | None) -> bool:
-        prompt = start_prompt(self._tracer, prompt_id, route=self.route, channel=self.channel)
+        prompt = start_prompt(
+            self._tracer,
+            prompt_id,
+            parent=_instrumented_parent(),
+            route=self.route,
+            channel=self.channel,
+        )
         run = _Run(prompt)
         # The latest response of the history the run starts from (a checkpointed thread, or a
         # stopped run's messages passed back) belongs to an earlier prompt: its calls are not
@@ -333,6 +346,35 @@ def _last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:
         if isinstance(message, AIMessage):
             return message
     return None
+
+
+def _instrumented_parent() -> context_api.Context | None:
+    """The context of OpenInference's span for the running LangChain node, when OpenInference's
+    LangChain instrumentation is loaded and on; else ``None`` (the current context).
+
+    That instrumentation builds its spans from LangChain callbacks and never makes them current,
+    so without this the prompt span would start a trace of its own, unrelated to the run's
+    OpenInference spans, and the guard would decide the run twice: once from the section 3
+    spans, once (never enforced) from OpenInference's. Started below the node's span, the
+    prompt span is below OpenInference's prompt, which the guard then hands over to it, as it
+    does OpenLLMetry's. Read through the instrumentation's public ``get_current_span()``; its
+    module is never imported here (it may not be installed), and any failure of the look-up
+    leaves the current context.
+    """
+    module = sys.modules.get(_OPENINFERENCE)
+    if module is None:
+        return None
+    try:
+        instrumentor = module.LangChainInstrumentor()
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            return None
+        span = module.get_current_span()
+    except Exception:  # a changed or broken instrumentation never costs the prompt span
+        _logger.debug("OpenInference's current LangChain span not read", exc_info=True)
+        return None
+    if not isinstance(span, Span) or not span.get_span_context().is_valid:
+        return None
+    return set_span_in_context(span)
 
 
 def _tool_type(tool: object) -> ToolType:
