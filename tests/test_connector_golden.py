@@ -45,9 +45,13 @@ def test_replay_gives_the_golden_numbers(name: str) -> None:
 
 def test_golden_inputs_are_committed() -> None:
     generator = _generator()
-    assert (TESTDATA / "genai-traces.jsonl").read_text(encoding="utf-8") == (
-        generator.render_genai()
-    ), "run python tests/vectors/generate_connector_golden.py"
+    for name, render in (
+        ("genai-traces.jsonl", generator.render_genai),
+        ("openinference-traces.jsonl", generator.render_openinference),
+    ):
+        assert (TESTDATA / name).read_text(encoding="utf-8") == render(), (
+            "run python tests/vectors/generate_connector_golden.py"
+        )
     assert (TESTDATA / "demo-traces.jsonl").read_bytes() == (
         ROOT / "examples" / "demo-traces.jsonl"
     ).read_bytes(), "run python tests/vectors/generate_connector_golden.py"

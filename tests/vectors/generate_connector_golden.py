@@ -7,6 +7,10 @@ Run as a script (``python tests/vectors/generate_connector_golden.py``). It writ
 * ``genai-traces.jsonl``: GenAI-conventions agents (section 3b) built with the SDK, with fixed IDs
   and times so the file is the same on every run (one of them with the section 3 spans of an
   integration inside its run, which it is handed over to);
+* ``openinference-traces.jsonl``: OpenInference agents (section 3c), built the same way: session
+  and span-ID prompt IDs, a root chain as the prompt with agent spans nested in it, error types
+  from ``error.type`` and from exception events, free text, tools below an ended model call, and
+  an integration's section 3 spans below a node span, handed over;
 * ``expected.json``: what ``otel-guard replay --format json`` reports for each of them.
 
 The Go test ``TestDecisionCountsEqualReplay`` asserts the connector's decision counts equal these;
@@ -42,7 +46,7 @@ from otel_guard.replay.otlp_json import encode_request
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTDATA = ROOT / "collector" / "repeatedtoolfailureguardconnector" / "testdata"
-FILES = ("demo-traces.jsonl", "genai-traces.jsonl")
+FILES = ("demo-traces.jsonl", "genai-traces.jsonl", "openinference-traces.jsonl")
 BASE_NS = 1_764_633_600_000_000_000  # 2025-12-02T00:00:00Z
 MS = 1_000_000
 
@@ -257,6 +261,159 @@ def genai_spans() -> list[ReadableSpan]:
     return list(exporter.get_finished_spans())
 
 
+def _oi(tracer: Tracer, clock: _Clock, kind: str, parent: Span | None, **attributes: Any) -> Span:
+    return tracer.start_span(
+        kind.lower(),
+        context=None if parent is None else set_span_in_context(parent),
+        start_time=clock.tick(),
+        attributes={"openinference.span.kind": kind, **attributes},
+    )
+
+
+def _oi_tool(
+    tracer: Tracer, clock: _Clock, parent: Span, call: str, outcome: tuple[str, str] | None
+) -> None:
+    """A TOOL span; ``outcome``: None (success), ``("error.type", T)``, ``("event", T)`` (status
+    ERROR and an exception event of type T) or ``("status", "")`` (status ERROR alone)."""
+    id_key = "tool.id" if call.endswith("-i") else "tool_call.id"
+    span = _oi(tracer, clock, "TOOL", parent, **{"tool.name": "read_file", id_key: call})
+    if outcome is not None:
+        how, error = outcome
+        if how == "error.type":
+            span.set_attribute("error.type", error)
+        elif how == "event":
+            span.add_event(
+                "exception",
+                {"exception.type": error, "exception.message": "no such file"},
+                timestamp=clock.tick(),
+            )
+        span.set_status(StatusCode.ERROR)
+    span.end(end_time=clock.tick(2))
+
+
+def _oi_agent(
+    tracer: Tracer,
+    clock: _Clock,
+    rounds: Sequence[Sequence[tuple[str, str] | None]],
+    *,
+    root: str = "AGENT",
+    session: str | None = None,
+    nested_agent: bool = False,
+    under_model: bool = False,
+) -> None:
+    """One OpenInference prompt: before each round an LLM span, then the round's TOOL spans below
+    a ``tools`` chain (or below the LLM span, ended first, with ``under_model``).
+    ``nested_agent``: an AGENT node span below the root, ended at once, as LangGraph's
+    middleware nodes are (the root stays the prompt)."""
+    attributes = {} if session is None else {"session.id": session}
+    prompt = _oi(tracer, clock, root, None, **attributes)
+    if nested_agent:
+        _oi(tracer, clock, "AGENT", prompt).end(end_time=clock.tick())
+    for number, calls in enumerate(rounds):
+        model = _oi(tracer, clock, "LLM", prompt)
+        if under_model:
+            model.end(end_time=clock.tick(5))
+            parent = model
+        else:
+            model.end(end_time=clock.tick(5))
+            parent = _oi(tracer, clock, "CHAIN", prompt)
+        for index, outcome in enumerate(calls):
+            suffix = "-i" if index % 2 else ""
+            _oi_tool(tracer, clock, parent, f"oi-{number}-{index}{suffix}", outcome)
+        if parent is not model:
+            parent.end(end_time=clock.tick())
+    _oi(tracer, clock, "LLM", prompt).end(end_time=clock.tick(5))
+    prompt.end(end_time=clock.tick())
+
+
+def _oi_handed_over(tracer: Tracer, clock: _Clock, rounds: int) -> None:
+    """OpenInference's LangGraph run around the LangChain integration: a root ``LangGraph``
+    chain, the middleware's ``before_agent`` node (an AGENT span) that ends right after the
+    integration's section 3 prompt span starts below it, the instrumentation's TOOL spans below
+    the root and the integration's batch spans below its prompt span: handed over, only the
+    section 3 batches are decided."""
+    graph = _oi(tracer, clock, "CHAIN", None)
+    node = _oi(tracer, clock, "AGENT", graph)
+    acp = tracer.start_span(
+        "invoke_agent",
+        context=set_span_in_context(node),
+        start_time=clock.tick(),
+        attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "oi-lg-1"},
+    )
+    node.end(end_time=clock.tick())
+    for number in range(rounds):
+        _oi(tracer, clock, "LLM", graph).end(end_time=clock.tick(5))
+        batch = tracer.start_span(
+            "tool_batch",
+            context=set_span_in_context(acp),
+            start_time=clock.tick(),
+            attributes={"acp.prompt.id": "oi-lg-1", "acp.batch.admitted": 2},
+        )
+        for index in range(2):
+            call = f"oi-lg-{number}-{index}"
+            _oi_tool(tracer, clock, graph, call, ("error.type", "ToolException"))
+            section_3 = tracer.start_span(
+                "execute_tool run_shell",
+                context=set_span_in_context(batch),
+                start_time=clock.tick(),
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "run_shell",
+                    "gen_ai.tool.call.id": call,
+                    "acp.tool.type": "native",
+                    "acp.tool.status": "error",
+                    "acp.tool.execution.status": "error",
+                    "acp.tool.execution.error_type": "tool_exception",
+                },
+            )
+            section_3.end(end_time=clock.tick(2))
+        batch.set_attribute("acp.input.reliable", True)
+        batch.end(end_time=clock.tick())
+    acp.end(end_time=clock.tick())
+    graph.end(end_time=clock.tick())
+
+
+def openinference_spans() -> list[ReadableSpan]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(
+        resource=Resource({"service.name": "oi-agent", "service.version": "0.3.0"}),
+        id_generator=_Counting(),
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("golden")
+    clock = _Clock()
+    typed = ("error.type", "FileNotFoundError")
+    event = ("event", "FileNotFoundError")
+    # A loop, typed by error.type and by exception events alike: tracked, would_warn, would_stop.
+    _oi_agent(tracer, clock, [[typed, event, typed, event]] * 5, session="sess-loop")
+    # A trace's root chain is the prompt (no session: the span ID names it), with an agent node
+    # nested in it; the tools run below their model call, which ended first.
+    _oi_agent(tracer, clock, [[typed] * 4] * 4, root="CHAIN", nested_agent=True, under_model=True)
+    # Free text and a bare ERROR status are unknown; a success resets the streak.
+    _oi_agent(
+        tracer,
+        clock,
+        [[typed] * 4, [("error.type", "no such file!"), typed], [None, typed], [typed] * 4],
+        session="sess-mixed",
+    )
+    _oi_agent(tracer, clock, [[typed] * 4, [("status", "")] * 2, [typed] * 4], session="s-bare")
+    # The LangChain integration's section 3 spans below OpenInference's run: handed over.
+    _oi_handed_over(tracer, clock, rounds=5)
+    provider.shutdown()
+    return list(exporter.get_finished_spans())
+
+
+def _render(spans: Sequence[ReadableSpan]) -> str:
+    lines = []
+    by_trace: dict[int, list[ReadableSpan]] = {}
+    for span in spans:
+        assert span.context is not None
+        by_trace.setdefault(span.context.trace_id, []).append(span)
+    for trace in by_trace.values():
+        lines.append(json.dumps(encode_request(trace), sort_keys=True))
+    return "\n".join(lines) + "\n"
+
+
 def replay_numbers(path: Path) -> dict[str, Any]:
     import contextlib
     import io
@@ -273,15 +430,11 @@ def replay_numbers(path: Path) -> dict[str, Any]:
 
 
 def render_genai() -> str:
-    spans = genai_spans()
-    lines = []
-    by_trace: dict[int, list[ReadableSpan]] = {}
-    for span in spans:
-        assert span.context is not None
-        by_trace.setdefault(span.context.trace_id, []).append(span)
-    for trace in by_trace.values():
-        lines.append(json.dumps(encode_request(trace), sort_keys=True))
-    return "\n".join(lines) + "\n"
+    return _render(genai_spans())
+
+
+def render_openinference() -> str:
+    return _render(openinference_spans())
 
 
 def render_expected() -> str:
@@ -298,6 +451,7 @@ def main() -> int:
     TESTDATA.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ROOT / "examples" / "demo-traces.jsonl", TESTDATA / "demo-traces.jsonl")
     (TESTDATA / "genai-traces.jsonl").write_text(render_genai(), encoding="utf-8")
+    (TESTDATA / "openinference-traces.jsonl").write_text(render_openinference(), encoding="utf-8")
     (TESTDATA / "expected.json").write_text(render_expected(), encoding="utf-8")
     print(f"wrote {', '.join(FILES)} and expected.json in {TESTDATA.relative_to(ROOT)}")
     return 0
