@@ -33,6 +33,7 @@ from otel_guard.guard.telemetry import (
     TRANSITION_EVENT,
 )
 from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
+from otel_guard.spans.assembly import _MAX_EARLY_LINKS
 
 
 class Agent:
@@ -475,13 +476,17 @@ def _replay(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, dict[s
     return code, json.loads(captured.out), captured.err
 
 
-def _section_3_below_a_node(agent: Agent, node_ends_first: bool, beside: bool = False) -> None:
+def _section_3_below_a_node(
+    agent: Agent, node_ends_first: bool, beside: bool = False, flood: int = 0
+) -> None:
     """OpenLLMetry's LangGraph run around the LangChain integration: ``invoke_agent LangGraph``,
     a nested ``LangGraph.workflow`` prompt span, a node span, and below it the integration's
     section 3 prompt span with its batch spans; the framework's own model and tool spans sit
     below the workflow span. ``node_ends_first``: the node span ends right after the section 3
     prompt span starts (before any span of the trace is claimed), else just after it ends.
-    ``beside``: the node is a sibling of the GenAI prompt under a plain root span instead."""
+    ``beside``: the node is a sibling of the GenAI prompt under a plain root span instead.
+    ``flood``: so many node spans of other traces, none ever watched, end right after the node
+    span (each leaves a link kept for when its trace is watched)."""
     harness = agent.harness
     root = harness.tracer.start_span("POST /run") if beside else None
     with agent.prompt(parent=root) as outer:
@@ -500,6 +505,11 @@ def _section_3_below_a_node(agent: Agent, node_ends_first: bool, beside: bool = 
         )
         if node_ends_first:
             node.end()
+        for number in range(flood):
+            other = SpanContext(0xF100D << 64 | number, 0xF100D0 + number, False, TraceFlags(1))
+            agent.span(
+                NonRecordingSpan(other), "execute_task", {"gen_ai.operation.name": "x"}
+            ).end()
         for _ in range(3):
             agent.turn(workflow)
             harness.failing_batches("acp-1", 1, parent=acp)
@@ -525,6 +535,21 @@ def test_a_genai_prompt_with_an_acp_prompt_below_it_is_handed_over_to_section_3(
     assert code == 0 and err == ""
     assert report["profiles"] == {"acp": 1, "genai": 0, "openinference": 0}
     assert {k: v for k, v in report["decisions"].items() if v} == live
+
+
+@pytest.mark.parametrize("pushed_out", [False, True])
+def test_links_kept_before_their_trace_is_watched_are_bounded_oldest_trace_first(
+    pushed_out: bool,
+) -> None:
+    # The node span's link is the oldest of _MAX_EARLY_LINKS kept links, or one too many: then
+    # it is dropped, the section 3 prompt span is no longer found below the GenAI prompt, and
+    # both profiles decide the loop (the price of the bound, never a wider action).
+    agent = Agent()
+    flood = _MAX_EARLY_LINKS - 1 + int(pushed_out)
+    _section_3_below_a_node(agent, node_ends_first=True, flood=flood)
+    profiles = sorted({e.profile for e in agent.evaluations})
+    assert profiles == (["acp", "genai"] if pushed_out else ["acp"])
+    assert agent.harness.guard.diagnostics() == {}
 
 
 def test_an_acp_prompt_beside_a_genai_prompt_leaves_it_evaluated(
