@@ -431,3 +431,62 @@ def test_a_streamed_invocation_is_guarded_like_a_call_shadow_then_enforce() -> N
     spans = contract_spans(setup.harness.span_exporter.get_finished_spans())
     assert spans == _contract_spans_of_a_call("enforce")
     assert len(spans["batches"]) == 5 and not spans["stray"]
+
+
+# Strands' own GenAI spans go to the global TracerProvider, which install_guard() sets: run with
+# the guard's provider as the global one, in a process of its own (a global provider is set once).
+_WITH_NATIVE_SPANS = """
+import json, sys
+from opentelemetry import trace
+import test_strands as t
+from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
+setup = t.Setup("enforce")
+trace.set_tracer_provider(setup.harness.tracer_provider)
+model = t.ScriptedModel()
+setup.run(model)
+spans = setup.harness.span_exporter.get_finished_spans()
+with open(sys.argv[1], "w", encoding="utf-8") as stream:
+    OtlpJsonSpanExporter(stream).export(spans)
+print(json.dumps({
+    "reminders": model.reminders(),
+    "profiles": sorted({e.profile for e in setup.evaluations}),
+    "decisions": setup.decisions(),
+    "native": sum(s.name == "invoke_agent Strands Agents" for s in spans),
+}))
+"""
+
+
+def test_beside_strands_own_spans_each_batch_is_decided_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from otel_guard.cli import main
+
+    tests = Path(__file__).resolve().parent
+    path = [str(tests.parent), str(tests), *filter(None, [os.environ.get("PYTHONPATH")])]
+    spans = tmp_path / "strands-native.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", _WITH_NATIVE_SPANS, str(spans)],
+        cwd=tests,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    # The hooks' prompt span starts below Strands' agent span: that inferred prompt is handed
+    # over, so only the section 3 batches are decided, and enforce works as without the spans.
+    assert run["native"] == 1
+    assert run["reminders"] == [False, False, False, False, True]
+    assert run["profiles"] == ["acp"]
+    assert run["decisions"] == {"tracked": 3, "warned": 1, "stopped": 1}
+    assert main(["replay", "--format", "json", str(spans)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["prompts"], report["invariant_violations"]) == (1, 0)
+    assert report["profiles"]["genai"] == 0
