@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
@@ -20,6 +25,25 @@ from otel_guard.guard.dispatch import guarded_tracer_provider
 from otel_guard.guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC
 
 RESOURCE = Resource.create({"service.name": "agent", "service.version": "9.9.9"})
+
+
+def run_isolated(script: str, *args: str) -> dict[str, Any]:
+    """Run ``script`` in a Python process of its own, from the tests' directory (so it imports
+    the test modules and this checkout's package), and return the JSON object on its last line
+    of output. For what patches a process for good: an instrumentation, a global provider."""
+    tests = Path(__file__).resolve().parent
+    path = [str(tests.parent), str(tests), *filter(None, [os.environ.get("PYTHONPATH")])]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=tests,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

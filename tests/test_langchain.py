@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ pytest.importorskip(
 )
 
 from contract_spans import contract_spans
-from harness import Harness
+from harness import Harness, run_isolated
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware, ToolErrorMiddleware
 from langchain_core.language_models import BaseChatModel
@@ -693,19 +690,7 @@ print(json.dumps({
 def _instrumented_enforce_run(name: str, spans: Path) -> dict[str, Any]:
     """The enforce run beside instrumentation ``name``, its spans written to ``spans``."""
     pytest.importorskip(INSTRUMENTATIONS[name][0], reason="needs the 'matrix-langgraph' extra")
-    tests = Path(__file__).resolve().parent
-    path = [str(tests.parent), str(tests), *filter(None, [os.environ.get("PYTHONPATH")])]
-    done = subprocess.run(
-        [sys.executable, "-c", _INSTRUMENTED_RUN, name, str(spans)],
-        cwd=tests,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_isolated(_INSTRUMENTED_RUN, name, str(spans))
 
 
 @pytest.mark.parametrize("name", sorted(INSTRUMENTATIONS))

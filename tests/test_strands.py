@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("strands", reason="the Strands integration needs the 'strands' extra")
 
 from contract_spans import contract_spans
-from harness import Harness
+from harness import Harness, run_isolated
 from strands import Agent, tool
 from strands.hooks import BeforeToolCallEvent, HookProvider, HookRegistry
 from strands.models.model import Model
@@ -460,26 +460,11 @@ def test_beside_strands_own_spans_each_batch_is_decided_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import json
-    import os
-    import subprocess
-    import sys
 
     from otel_guard.cli import main
 
-    tests = Path(__file__).resolve().parent
-    path = [str(tests.parent), str(tests), *filter(None, [os.environ.get("PYTHONPATH")])]
     spans = tmp_path / "strands-native.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-c", _WITH_NATIVE_SPANS, str(spans)],
-        cwd=tests,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    run = json.loads(done.stdout.strip().splitlines()[-1])
+    run = run_isolated(_WITH_NATIVE_SPANS, str(spans))
     # The hooks' prompt span starts below Strands' agent span: that inferred prompt is handed
     # over, so only the section 3 batches are decided, and enforce works as without the spans.
     assert run["native"] == 1
