@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,61 @@ def _agent(
     prompt.end(end_time=clock.tick())
 
 
+def _section_3_run(
+    tracer: Tracer,
+    clock: _Clock,
+    node: Span,
+    name: str,
+    rounds: int,
+    failure: tuple[str, str],
+    model: Callable[[], None],
+    framework_call: Callable[[str], None],
+) -> None:
+    """An integration's section 3 run (prompt ID ``name``-1) below an instrumentation's ``node``
+    span, which ends right after the integration's prompt span starts. Each round: the
+    instrumentation's model call (``model``), then a batch of two calls, each written by the
+    instrumentation (``framework_call``) and by the integration, failing with ``failure``
+    (tool, classified error type)."""
+    prompt_id = f"{name}-1"
+    tool, error_type = failure
+    acp = tracer.start_span(
+        "invoke_agent",
+        context=set_span_in_context(node),
+        start_time=clock.tick(),
+        attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": prompt_id},
+    )
+    node.end(end_time=clock.tick())
+    for number in range(rounds):
+        model()
+        batch = tracer.start_span(
+            "tool_batch",
+            context=set_span_in_context(acp),
+            start_time=clock.tick(),
+            attributes={"acp.prompt.id": prompt_id, "acp.batch.admitted": 2},
+        )
+        for index in range(2):
+            call = f"{name}-{number}-{index}"
+            framework_call(call)
+            section_3 = tracer.start_span(
+                f"execute_tool {tool}",
+                context=set_span_in_context(batch),
+                start_time=clock.tick(),
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.id": call,
+                    "acp.tool.type": "native",
+                    "acp.tool.status": "error",
+                    "acp.tool.execution.status": "error",
+                    "acp.tool.execution.error_type": error_type,
+                },
+            )
+            section_3.end(end_time=clock.tick(2))
+        batch.set_attribute("acp.input.reliable", True)
+        batch.end(end_time=clock.tick())
+    acp.end(end_time=clock.tick())
+
+
 def _handed_over(tracer: Tracer, clock: _Clock, rounds: int) -> None:
     """OpenLLMetry's LangGraph run around the LangChain integration: ``invoke_agent LangGraph``,
     a nested workflow prompt span, a node span that ends right after the integration's section 3
@@ -175,45 +230,18 @@ def _handed_over(tracer: Tracer, clock: _Clock, rounds: int) -> None:
         start_time=clock.tick(),
         attributes={"gen_ai.operation.name": "execute_task"},
     )
-    acp = tracer.start_span(
-        "invoke_agent",
-        context=set_span_in_context(node),
-        start_time=clock.tick(),
-        attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "lg-1"},
-    )
-    node.end(end_time=clock.tick())
-    for number in range(rounds):
-        model = _chat(tracer, clock, workflow)
-        model.end(end_time=clock.tick(5))
-        batch = tracer.start_span(
-            "tool_batch",
-            context=set_span_in_context(acp),
-            start_time=clock.tick(),
-            attributes={"acp.prompt.id": "lg-1", "acp.batch.admitted": 2},
+
+    def model() -> None:
+        _chat(tracer, clock, workflow).end(end_time=clock.tick(5))
+
+    def framework_call(call: str) -> None:
+        _tool(tracer, clock, workflow, "read_file", call, "FileNotFoundError").end(
+            end_time=clock.tick(2)
         )
-        for index in range(2):
-            call = f"lg-{number}-{index}"
-            _tool(tracer, clock, workflow, "read_file", call, "FileNotFoundError").end(
-                end_time=clock.tick(2)
-            )
-            section_3 = tracer.start_span(
-                "execute_tool read_file",
-                context=set_span_in_context(batch),
-                start_time=clock.tick(),
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "read_file",
-                    "gen_ai.tool.call.id": call,
-                    "acp.tool.type": "native",
-                    "acp.tool.status": "error",
-                    "acp.tool.execution.status": "error",
-                    "acp.tool.execution.error_type": "filenotfounderror",
-                },
-            )
-            section_3.end(end_time=clock.tick(2))
-        batch.set_attribute("acp.input.reliable", True)
-        batch.end(end_time=clock.tick())
-    acp.end(end_time=clock.tick())
+
+    _section_3_run(
+        tracer, clock, node, "lg", rounds, ("read_file", "filenotfounderror"), model, framework_call
+    )
     workflow.end(end_time=clock.tick())
     outer.end(end_time=clock.tick())
 
@@ -334,42 +362,16 @@ def _oi_handed_over(tracer: Tracer, clock: _Clock, rounds: int) -> None:
     section 3 batches are decided."""
     graph = _oi(tracer, clock, "CHAIN", None)
     node = _oi(tracer, clock, "AGENT", graph)
-    acp = tracer.start_span(
-        "invoke_agent",
-        context=set_span_in_context(node),
-        start_time=clock.tick(),
-        attributes={"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "oi-lg-1"},
-    )
-    node.end(end_time=clock.tick())
-    for number in range(rounds):
+
+    def model() -> None:
         _oi(tracer, clock, "LLM", graph).end(end_time=clock.tick(5))
-        batch = tracer.start_span(
-            "tool_batch",
-            context=set_span_in_context(acp),
-            start_time=clock.tick(),
-            attributes={"acp.prompt.id": "oi-lg-1", "acp.batch.admitted": 2},
-        )
-        for index in range(2):
-            call = f"oi-lg-{number}-{index}"
-            _oi_tool(tracer, clock, graph, call, ("error.type", "ToolException"))
-            section_3 = tracer.start_span(
-                "execute_tool run_shell",
-                context=set_span_in_context(batch),
-                start_time=clock.tick(),
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "run_shell",
-                    "gen_ai.tool.call.id": call,
-                    "acp.tool.type": "native",
-                    "acp.tool.status": "error",
-                    "acp.tool.execution.status": "error",
-                    "acp.tool.execution.error_type": "tool_exception",
-                },
-            )
-            section_3.end(end_time=clock.tick(2))
-        batch.set_attribute("acp.input.reliable", True)
-        batch.end(end_time=clock.tick())
-    acp.end(end_time=clock.tick())
+
+    def framework_call(call: str) -> None:
+        _oi_tool(tracer, clock, graph, call, ("error.type", "ToolException"))
+
+    _section_3_run(
+        tracer, clock, node, "oi-lg", rounds, ("run_shell", "tool_exception"), model, framework_call
+    )
     graph.end(end_time=clock.tick())
 
 
