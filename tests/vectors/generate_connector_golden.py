@@ -302,20 +302,23 @@ def _oi_tool(
     tracer: Tracer, clock: _Clock, parent: Span, call: str, outcome: tuple[str, str] | None
 ) -> None:
     """A TOOL span; ``outcome``: None (success), ``("error.type", T)``, ``("event", T)`` (status
-    ERROR and an exception event of type T) or ``("status", "")`` (status ERROR alone)."""
+    ERROR and an exception event of type T), ``("status", "")`` (status ERROR alone), or with
+    the status left unset ``("error.type only", T)`` (an error all the same) and ``("event
+    only", T)`` (a success: an exception recorded and handled)."""
     id_key = "tool.id" if call.endswith("-i") else "tool_call.id"
     span = _oi(tracer, clock, "TOOL", parent, **{"tool.name": "read_file", id_key: call})
     if outcome is not None:
         how, error = outcome
-        if how == "error.type":
+        if how.startswith("error.type"):
             span.set_attribute("error.type", error)
-        elif how == "event":
+        elif how.startswith("event"):
             span.add_event(
                 "exception",
                 {"exception.type": error, "exception.message": "no such file"},
                 timestamp=clock.tick(),
             )
-        span.set_status(StatusCode.ERROR)
+        if not how.endswith(" only"):
+            span.set_status(StatusCode.ERROR)
     span.end(end_time=clock.tick(2))
 
 
@@ -399,6 +402,11 @@ def openinference_spans() -> list[ReadableSpan]:
         session="sess-mixed",
     )
     _oi_agent(tracer, clock, [[typed] * 4, [("status", "")] * 2, [typed] * 4], session="s-bare")
+    # Status unset: an error.type is an error all the same, an exception event alone is not.
+    unset = ("error.type only", "FileNotFoundError")
+    _oi_agent(tracer, clock, [[unset] * 4] * 3, session="s-unset")
+    handled = ("event only", "FileNotFoundError")
+    _oi_agent(tracer, clock, [[typed] * 4, [handled], [typed] * 4], session="s-handled")
     # The LangChain integration's section 3 spans below OpenInference's run: handed over.
     _oi_handed_over(tracer, clock, rounds=5)
     provider.shutdown()
