@@ -342,12 +342,8 @@ def _oi_agent(
         _oi(tracer, clock, "AGENT", prompt).end(end_time=clock.tick())
     for number, calls in enumerate(rounds):
         model = _oi(tracer, clock, "LLM", prompt)
-        if under_model:
-            model.end(end_time=clock.tick(5))
-            parent = model
-        else:
-            model.end(end_time=clock.tick(5))
-            parent = _oi(tracer, clock, "CHAIN", prompt)
+        model.end(end_time=clock.tick(5))
+        parent = model if under_model else _oi(tracer, clock, "CHAIN", prompt)
         for index, outcome in enumerate(calls):
             suffix = "-i" if index % 2 else ""
             _oi_tool(tracer, clock, parent, f"oi-{number}-{index}{suffix}", outcome)
