@@ -311,6 +311,53 @@ def test_a_genai_prompt_with_an_acp_prompt_child_is_handed_over_to_section_3() -
     assert harness.guard._genai_open == {}
 
 
+@pytest.mark.parametrize("root", ["plain", "section 3 prompt"])
+def test_a_genai_prompt_below_a_section_3_prompt_span_is_section_3s(
+    root: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The framework's own run span inside the integration's section 3 prompt span: the loop is
+    # section 3's, wherever that prompt span sits in its trace (the Collector connector agrees).
+    agent = Agent()
+    acp = {"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "acp-1"}
+    top = agent.tracer.start_span("request") if root == "plain" else None
+    section_3 = (
+        agent.tracer.start_span("invoke_agent", attributes=acp)
+        if top is None
+        else agent.span(top, "invoke_agent", acp)
+    )
+    with agent.prompt(parent=section_3) as prompt:
+        for _ in range(3):
+            agent.turn(prompt)
+        agent.chat(prompt)
+    section_3.end()
+    if top is not None:
+        top.end()
+    assert agent.evaluations == [] and agent.harness.decision_counts() == {}
+    _, report, _ = _replay(capsys, _write(agent, tmp_path / "below.jsonl"))
+    assert not any(report["decisions"].values()) and report["invariant_violations"] == 0
+
+
+def test_genai_tool_spans_below_a_section_3_batch_span_are_not_the_genai_prompts() -> None:
+    # Tool spans of the framework's own below the integration's batch span are that batch's
+    # (read as section 3 reads them: half-written), never observations of the GenAI prompt too.
+    agent = Agent()
+    with agent.prompt() as prompt:
+        for _ in range(3):
+            agent.chat(prompt)
+            batch = agent.span(
+                prompt,
+                "tools",
+                {"acp.prompt.id": "acp-1", "acp.batch.admitted": 4, "acp.input.reliable": True},
+            )
+            for _ in range(4):
+                agent.tool(batch)
+            batch.end()
+        agent.chat(prompt)
+    assert {e.profile for e in agent.evaluations} == {"acp"}
+    assert "tracked" not in agent.harness.decision_counts()
+    assert agent.harness.diagnostic_counts() == {"missing_attribute": 12}
+
+
 def test_a_genai_prompt_has_a_never_enforcing_state_from_its_start_to_its_end() -> None:
     agent = Agent(mode="enforce")
     guard = agent.harness.guard

@@ -537,7 +537,7 @@ class GuardSpanProcessor(SpanProcessor):
                 return
             # Most spans here are tracked: _end_tracked's look-up under the lock is the only one.
             self._end_tracked(span, context, attributes)
-            # A section 3 prompt span below an inferred prompt shields its subtree from it.
+            # A section 3 prompt or batch span shields its subtree from inferred prompts.
             if self._genai_open or (
                 attributes.get(_OPERATION_NAME) == _INVOKE_AGENT and span.parent is not None
             ):

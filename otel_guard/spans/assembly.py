@@ -37,10 +37,13 @@ diagnostic, and the batch is incomplete). Calls are in start order; a call ID se
 batch is a ``duplicate_span`` for the later call; more than ``max_calls_per_batch`` calls make
 the batch incomplete (``batch_overflow``). A window without tool calls is not a batch.
 
-**Section 3 spans.** An ``acp.*`` prompt span below an inferred prompt shields its subtree (its
-spans are section 3's); a trace whose local root is an ``acp.*`` prompt span is not watched at
-all while that span is open, so section 3 hosts pay nothing for the inferred profiles. When it
-is anywhere below the prompt span (found through the links of ended spans, as lineage), the
+**Section 3 spans.** A section 3 prompt or batch span (``acp.prompt.id``) shields its subtree:
+its spans are section 3's, so a framework's own tool spans below an integration's batch span
+are never read twice, and an inferred prompt span below a section 3 prompt span is no prompt,
+wherever that span sits in its trace (as the Collector connector reads them). A trace whose
+local root is an ``acp.*`` prompt span is not watched at all while that span is open, so
+section 3 hosts pay nothing for the inferred profiles. When a section 3 prompt span is
+anywhere below the prompt span (found through the links of ended spans, as lineage), the
 host describes that very prompt with section 3 spans (the LangChain integration's prompt span
 below OpenLLMetry's ``invoke_agent LangGraph``, through a node span): the inferred prompt is not
 evaluated at all, so no call is counted twice. This is decided when the prompt settles, at its
@@ -67,8 +70,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Mapping, Sized
-from collections.abc import Set as AbstractSet
+from collections.abc import Container, Mapping, Sized
 from typing import Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -119,7 +121,7 @@ _NO_SHIELDS: Final[frozenset[int]] = frozenset()
 def _below(
     span_id: int,
     links: Mapping[int, int | None],
-    shields: AbstractSet[int],
+    shields: Container[int],
     memo: dict[int, bool],
 ) -> bool:
     """Whether ``span_id`` is below a span ``memo`` holds as True, through ``links`` (span ->
@@ -139,6 +141,18 @@ def _below(
     for step in path:
         memo[step] = found
     return found
+
+
+def _shielded(span_id: int, links: Mapping[int, int | None], shields: Container[int]) -> bool:
+    """Whether an ancestor of ``span_id`` (through ``links``) is one of ``shields``."""
+    current = links.get(span_id)
+    for _ in range(len(links)):  # a malformed parent cycle ends the walk
+        if current is None:
+            return False
+        if current in shields:
+            return True
+        current = links.get(current)
+    return False
 
 
 class _Stand:
@@ -191,7 +205,8 @@ class _Trace:
         self.prompts: dict[int, _PromptSpan] = {}  # ended prompt spans not settled yet
         # Nearest open ancestor -> the ended prompt spans waiting for it to end.
         self.pending: dict[int, list[int]] = {}
-        self.shields: set[int] = set()  # ended acp prompt spans
+        # Ended section 3 prompt (True) and batch (False) spans: their subtrees are section 3's.
+        self.shields: dict[int, bool] = {}
         self.bytes = 0
 
 
@@ -295,9 +310,13 @@ class InferredAssembly:
         claim: Claim | None = None
         shield = False
         if attr.PROMPT_ID in attributes:
-            shield = attributes.get(attr.OPERATION_NAME) == attr.INVOKE_AGENT
-            if trace is None and (not shield or parent_id is None):
+            # A section 3 prompt or batch span: its subtree is section 3's. Only a prompt span
+            # may hand over an inferred prompt above it, so only one starts watching a trace.
+            operation = attributes.get(attr.OPERATION_NAME)
+            prompt = operation == attr.INVOKE_AGENT and attr.BATCH_ADMITTED not in attributes
+            if trace is None and (not prompt or parent_id is None):
                 return events  # a section 3 span outside any watched trace
+            shield = operation != attr.EXECUTE_TOOL and isinstance(attributes[attr.PROMPT_ID], str)
         else:
             if trace is None and parent_id is None and self._root_model_call(attributes):
                 # A model call that is its trace's local root (a chat completion outside any
@@ -349,7 +368,7 @@ class InferredAssembly:
         size = 0 if span_id in trace.links else _LINK_BYTES
         trace.links[span_id] = parent_id
         if shield:
-            trace.shields.add(span_id)
+            trace.shields[span_id] = prompt
         elif claim is not None:
             size += self._keep(trace, claim, span, span_id, parent_id, context, events)
         trace.bytes += size
@@ -488,7 +507,7 @@ class InferredAssembly:
         ended = self._ended_spans
         for span_id in [span_id for span_id in links if below(span_id)]:
             del links[span_id]
-            trace.shields.discard(span_id)
+            trace.shields.pop(span_id, None)
             released += _LINK_BYTES
             ended[span_id] = None
         while len(ended) > _MAX_ENDED_SPANS:
@@ -536,9 +555,14 @@ class InferredAssembly:
         def below(span_id: int) -> bool:
             return _below(span_id, links, shields, memo)
 
-        # Through any span, section 3 ones included: a section 3 prompt span anywhere below.
+        # Through any span, section 3 ones included: a section 3 prompt span anywhere below, or
+        # a section 3 span above (the prompt span is in its subtree).
         reach: dict[int, bool] = {prompt_span_id: True}
-        handed_over = any(_below(shield, links, _NO_SHIELDS, reach) for shield in shields)
+        handed_over = _shielded(prompt_span_id, links, shields) or any(
+            _below(shield, links, _NO_SHIELDS, reach)
+            for shield, is_prompt in shields.items()
+            if is_prompt
+        )
         calls = [call for call in trace.calls if below(call[2])]
         models = [model for model in trace.models if below(model[2])]
         if calls:
