@@ -233,7 +233,13 @@ func (g *Guard) lineage(t *trace, part []*spans.Span) {
 		}
 		shielded := false
 		seen := map[pcommon.SpanID]bool{s.SpanID: true}
+		// The prompt settles when the local root ends; an ancestor that ends after it has left
+		// no link by then (otel_guard reads ended spans), so lineage stops below it.
+		settles := t.endAt[localRoot(t, s)]
 		for cur := t.byID[s.ParentID]; cur != nil && !seen[cur.SpanID]; cur = t.byID[cur.ParentID] {
+			if t.endAt[cur] > settles {
+				break
+			}
 			seen[cur.SpanID] = true
 			ck := t.kinds[cur]
 			if ck == spans.ACPPrompt || ck == spans.ACPBatch {
@@ -470,11 +476,11 @@ func (g *Guard) keepCall(t *trace, s *spans.Span) {
 		return
 	}
 	callID := ""
-	if s.CallID.Set && len(s.CallID.Value) <= spans.MaxIDLength {
+	if spans.UsableID(s.CallID) {
 		callID = s.CallID.Value
 	}
 	var name *string
-	if s.ToolName.Set && len(s.ToolName.Value) <= spans.MaxToolNameLength {
+	if s.ToolName.Set && spans.Fits(s.ToolName.Value, spans.MaxToolNameLength) {
 		name = s.ToolName.Ptr()
 	}
 	var toolType *string
@@ -508,7 +514,7 @@ func (g *Guard) keepCall(t *trace, s *spans.Span) {
 		}
 		return
 	}
-	named := s.ToolName.Set && len(s.ToolName.Value) <= spans.MaxToolNameLength
+	named := s.ToolName.Set && spans.Fits(s.ToolName.Value, spans.MaxToolNameLength)
 	missing := callID == "" || !named || !s.ToolType.Set || status == "" || execution == nil
 	b.calls = append(b.calls, call{
 		start: s.Start, arrival: len(b.calls), spanID: s.SpanID, missing: missing,

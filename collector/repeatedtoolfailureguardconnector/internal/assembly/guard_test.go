@@ -554,3 +554,78 @@ func TestSection3PromptBelowAnInferredPrompt(t *testing.T) {
 		}
 	}
 }
+
+// A section 3 tool span's placeholder call ID is a missing one, as in the inferred profiles and
+// the Python guard: the batch's two calls have one usable ID, so it is incomplete and decides
+// nothing (a missing_attribute diagnostic), where two literal IDs would be tracked.
+func TestSection3PlaceholderCallIDIsMissing(t *testing.T) {
+	for _, tc := range []struct {
+		first string
+		want  []string
+	}{{"a", []string{"tracked"}}, {"<not specified>", nil}, {" <not specified> ", nil}} {
+		b := newBuilder(40)
+		batch := b.span(pcommon.SpanID{}, 1*ms, 50*ms, map[string]any{"acp.prompt.id": "p", "acp.batch.admitted": int64(2), "acp.input.reliable": true})
+		for i, id := range []string{tc.first, "b"} {
+			b.span(batch, uint64(2+i)*ms, uint64(3+i)*ms, map[string]any{
+				"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read", "gen_ai.tool.call.id": id,
+				"acp.tool.type": "native", "acp.tool.status": "error", "acp.tool.execution.status": "error", "acp.tool.execution.error_type": "enoent",
+			})
+		}
+		g := defaultGuard()
+		evs := record(g)
+		out := g.Replay(b.out)
+		if got := values(*evs); len(got) != len(tc.want) || (len(got) > 0 && got[0] != tc.want[0]) {
+			t.Fatalf("call ID %q: decisions %v, want %v", tc.first, got, tc.want)
+		}
+		if missing := count(out, telemetry.DiagMissingAttribute); (tc.want == nil) != (missing == 1) {
+			t.Fatalf("call ID %q: missing_attribute %d", tc.first, missing)
+		}
+	}
+}
+
+// Lineage runs through ancestors that ended by the time the prompt settles (its local root's
+// end), as otel_guard reads ended spans: a tool below a span that outlives the root belongs to
+// no prompt, even though its trace names every ancestor.
+func TestLineageStopsAtAnAncestorEndingAfterTheRoot(t *testing.T) {
+	for _, outlives := range []bool{false, true} {
+		b := newBuilder(41)
+		prompt := b.span(pcommon.SpanID{}, 0, 500*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+		end := uint64(400)
+		if outlives {
+			end = 600
+		}
+		step := b.span(prompt, 1*ms, end*ms, map[string]any{"framework.step": "tools"})
+		chat(b, prompt, 2*ms, 3*ms)
+		genaiTool(b, step, 4*ms, 5*ms, "a")
+		genaiTool(b, step, 4*ms, 5*ms, "b")
+		g := defaultGuard()
+		evs := record(g)
+		g.Replay(b.out)
+		want := 1
+		if outlives {
+			want = 0
+		}
+		if got := values(*evs); len(got) != want {
+			t.Fatalf("step outlives the root %v: decisions %v, want %d", outlives, got, want)
+		}
+	}
+}
+
+// A GenAI prompt span below a section 3 prompt span that is not its trace's root is section
+// 3's, as below one that is: it decides nothing (the Python guard agrees).
+func TestInferredPromptBelowASection3PromptIsSection3s(t *testing.T) {
+	b := newBuilder(42)
+	root := b.span(pcommon.SpanID{}, 0, 500*ms, map[string]any{"http.route": "/run"})
+	section3 := b.span(root, 1*ms, 400*ms, map[string]any{"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "p"})
+	prompt := b.span(section3, 2*ms, 300*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+	for round := uint64(0); round < 3; round++ {
+		chat(b, prompt, (10+round*10)*ms, (11+round*10)*ms)
+		genaiTool(b, prompt, (12+round*10)*ms, (13+round*10)*ms, string(rune('a'+round)))
+	}
+	g := defaultGuard()
+	evs := record(g)
+	g.Replay(b.out)
+	if got := values(*evs); len(got) != 0 {
+		t.Fatalf("decisions %v, want none", got)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -394,9 +395,27 @@ func Hex16(id pcommon.SpanID) string {
 	return string(b)
 }
 
-// placeholder call IDs count as missing (section 3b, [12-02]).
-func usableID(s Str) bool {
-	return s.Set && s.Value != "" && s.Value != "<not specified>" && len(s.Value) <= MaxIDLength
+// UsableID reports whether a call ID can key a call: at most MaxIDLength characters, and no
+// placeholder (empty or "<not specified>", around whitespace), which counts as missing (section
+// 3b, [12-02]) in every profile, as the Python guard reads it.
+func UsableID(s Str) bool {
+	if !s.Set || !Fits(s.Value, MaxIDLength) {
+		return false
+	}
+	v := strings.TrimFunc(s.Value, pythonSpace)
+	return v != "" && v != "<not specified>"
+}
+
+// Fits reports whether v has at most n characters, counted as Python counts a str (code
+// points), not in bytes: a limit means the same in both guards for any script.
+func Fits(v string, n int) bool {
+	return len(v) <= n || utf8.RuneCountInString(v) <= n
+}
+
+// pythonSpace is what Python's str.strip() removes: Unicode white space and the four
+// information separators U+001C to U+001F.
+func pythonSpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
 }
 
 // MaxPromptIDLength is the longest prompt ID kept as it is; a longer one is kept as its digest.
@@ -430,11 +449,11 @@ func GenAIPromptID(s *Span, oi bool) string {
 func InferredCall(s *Span) (callID string, toolName *string, toolType string, failed bool, errorType *string) {
 	oi := !s.hasOpKey && s.OIKind.Set
 	switch {
-	case oi && usableID(s.OIToolCallID):
+	case oi && UsableID(s.OIToolCallID):
 		callID = s.OIToolCallID.Value
-	case oi && usableID(s.OIToolID):
+	case oi && UsableID(s.OIToolID):
 		callID = s.OIToolID.Value
-	case !oi && usableID(s.CallID):
+	case !oi && UsableID(s.CallID):
 		callID = s.CallID.Value
 	default:
 		callID = Hex16(s.SpanID)
@@ -443,7 +462,7 @@ func InferredCall(s *Span) (callID string, toolName *string, toolType string, fa
 	if oi {
 		name = s.OIToolName
 	}
-	if name.Set && len(name.Value) <= MaxToolNameLength {
+	if name.Set && Fits(name.Value, MaxToolNameLength) {
 		toolName = name.Ptr()
 	}
 	toolType = "native"

@@ -1,6 +1,7 @@
 package spans
 
 import (
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -122,5 +123,36 @@ func TestResourceOf(t *testing.T) {
 		if got := ResourceOf(res); got != c.want {
 			t.Errorf("%v: got %+v, want %+v", c.attrs, got, c.want)
 		}
+	}
+}
+
+// Call IDs and lengths are read as the Python guard reads them: a placeholder, padded with any
+// white space Python's str.strip() removes, is a missing ID; limits count characters, not bytes.
+func TestUsableIDAndFitsCountAsPython(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		set   bool
+		want  bool
+	}{
+		{"call-1", true, true},
+		{"", true, false},
+		{"<not specified>", true, false},
+		{" <not specified>\t", true, false},
+		{"\u00a0<not specified>\u3000", true, false},
+		{"\x1c\x1f", true, false},
+		{"  ", true, false},
+		{strings.Repeat("\u00e9", MaxIDLength), true, true},
+		{strings.Repeat("\u00e9", MaxIDLength+1), true, false},
+		{"call-1", false, false},
+	} {
+		if got := UsableID(Str{Set: tc.set, Value: tc.value}); got != tc.want {
+			t.Errorf("UsableID(%q, set %v) = %v, want %v", tc.value, tc.set, got, tc.want)
+		}
+	}
+	if !Fits(strings.Repeat("\u00e9", MaxToolNameLength), MaxToolNameLength) {
+		t.Error("a tool name of the limit in characters (twice as many bytes) must fit")
+	}
+	if Fits(strings.Repeat("x", MaxToolNameLength+1), MaxToolNameLength) {
+		t.Error("a tool name over the limit must not fit")
 	}
 }
