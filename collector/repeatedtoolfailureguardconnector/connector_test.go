@@ -52,8 +52,17 @@ type golden struct {
 	ResetReasons map[string]int `json:"reset_reasons"`
 }
 
+// goldenDir is testdata, or the directory GUARD_GOLDEN_DIR names: the Python test suite writes
+// generated traces and their replay numbers there (tests/test_connector_differential.py).
+func goldenDir() string {
+	if dir := os.Getenv("GUARD_GOLDEN_DIR"); dir != "" {
+		return dir
+	}
+	return "testdata"
+}
+
 func loadGolden(t testing.TB) map[string]golden {
-	raw, err := os.ReadFile(filepath.Join("testdata", "expected.json"))
+	raw, err := os.ReadFile(filepath.Join(goldenDir(), "expected.json"))
 	require.NoError(t, err)
 	var g struct {
 		Files map[string]golden `json:"files"`
@@ -150,7 +159,7 @@ func logRecords(lds []plog.Logs, event string) []plog.LogRecord {
 func TestDecisionCountsEqualReplay(t *testing.T) {
 	for file, want := range loadGolden(t) {
 		t.Run(file, func(t *testing.T) {
-			requests := readOTLPJSON(t, filepath.Join("testdata", file))
+			requests := readOTLPJSON(t, filepath.Join(goldenDir(), file))
 			metrics, logs := run(t, requests, createDefaultConfig())
 			decisions := lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "decision")
 			require.Equal(t, nonZero(want.Decisions), decisions, "decisions")
