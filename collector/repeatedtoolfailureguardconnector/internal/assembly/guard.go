@@ -231,12 +231,15 @@ func (g *Guard) lineage(t *trace, part []*spans.Span) {
 		if isInferredPrompt(k) {
 			outer = s
 		}
-		shielded := false
+		// Below a section 3 prompt span that is the local root, everything is section 3's (the
+		// Python guard watches no such trace while that span is open), whatever ends when.
+		root := localRoot(t, s)
+		shielded := t.kinds[root] == spans.ACPPrompt
 		seen := map[pcommon.SpanID]bool{s.SpanID: true}
 		// The prompt settles when the local root ends; an ancestor that ends after it has left
 		// no link by then (otel_guard reads ended spans), so lineage stops below it.
-		settles := t.endAt[localRoot(t, s)]
-		for cur := t.byID[s.ParentID]; cur != nil && !seen[cur.SpanID]; cur = t.byID[cur.ParentID] {
+		settles := t.endAt[root]
+		for cur := t.byID[s.ParentID]; !shielded && cur != nil && !seen[cur.SpanID]; cur = t.byID[cur.ParentID] {
 			if t.endAt[cur] > settles {
 				break
 			}

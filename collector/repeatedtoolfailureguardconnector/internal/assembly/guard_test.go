@@ -629,3 +629,22 @@ func TestInferredPromptBelowASection3PromptIsSection3s(t *testing.T) {
 		t.Fatalf("decisions %v, want none", got)
 	}
 }
+
+// Below a section 3 prompt span that is its trace's root nothing is inferred, even through a
+// span that outlives the root (the Python guard watches no such trace while the root is open).
+func TestNothingBelowASection3RootIsInferred(t *testing.T) {
+	b := newBuilder(43)
+	root := acpPrompt(b, "p", 0, 400*ms, nil)
+	outliving := b.span(root, 1*ms, 600*ms, map[string]any{"framework.step": "sub-agent"})
+	prompt := b.span(outliving, 2*ms, 300*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+	for round := uint64(0); round < 3; round++ {
+		chat(b, prompt, (10+round*10)*ms, (11+round*10)*ms)
+		genaiTool(b, prompt, (12+round*10)*ms, (13+round*10)*ms, string(rune('a'+round)))
+	}
+	g := defaultGuard()
+	evs := record(g)
+	g.Replay(b.out)
+	if got := values(*evs); len(got) != 0 {
+		t.Fatalf("decisions %v, want none", got)
+	}
+}
