@@ -308,15 +308,17 @@ class InferredAssembly:
         traces = self.traces
         trace = traces.get(trace_id)
         claim: Claim | None = None
-        shield = False
+        shield = prompt = False
         if attr.PROMPT_ID in attributes:
             # A section 3 prompt or batch span: its subtree is section 3's. Only a prompt span
             # may hand over an inferred prompt above it, so only one starts watching a trace.
             operation = attributes.get(attr.OPERATION_NAME)
-            prompt = operation == attr.INVOKE_AGENT and attr.BATCH_ADMITTED not in attributes
+            shield = operation != attr.EXECUTE_TOOL and isinstance(attributes[attr.PROMPT_ID], str)
+            prompt = (
+                shield and operation == attr.INVOKE_AGENT and attr.BATCH_ADMITTED not in attributes
+            )
             if trace is None and (not prompt or parent_id is None):
                 return events  # a section 3 span outside any watched trace
-            shield = operation != attr.EXECUTE_TOOL and isinstance(attributes[attr.PROMPT_ID], str)
         else:
             if trace is None and parent_id is None and self._root_model_call(attributes):
                 # A model call that is its trace's local root (a chat completion outside any
