@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
@@ -25,6 +27,17 @@ from otel_guard.guard.dispatch import guarded_tracer_provider
 from otel_guard.guard.telemetry import DECISIONS_METRIC, DIAGNOSTICS_METRIC
 
 RESOURCE = Resource.create({"service.name": "agent", "service.version": "9.9.9"})
+
+
+def vector_generator(name: str) -> ModuleType:
+    """A generator script of ``tests/vectors/`` (``name`` without ``.py``), loaded as a module:
+    the folder is not a package, and its scripts also run on their own."""
+    path = Path(__file__).resolve().parent / "vectors" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_isolated(script: str, *args: str) -> dict[str, Any]:

@@ -14,15 +14,14 @@ Needs the ``go`` command and the connector's modules in Go's module cache (it ne
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from harness import vector_generator
 from span_trees import Seeded, build, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,21 +35,12 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _generator() -> ModuleType:
-    path = ROOT / "tests" / "vectors" / "generate_connector_golden.py"
-    spec = importlib.util.spec_from_file_location("generate_connector_golden", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_connector_decides_as_replay_on_generated_traces(tmp_path: Path) -> None:
     go = shutil.which("go")
     if go is None:
         _unavailable("no go command")
     assert go is not None
-    replay_numbers = _generator().replay_numbers
+    replay_numbers = vector_generator("generate_connector_golden").replay_numbers
     files = {}
     for shape in ("any", "loops"):
         for seed in range(TREES):

@@ -8,24 +8,14 @@ Python side is held to the same numbers, so a change to either guard that the ot
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from harness import vector_generator
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTDATA = ROOT / "collector" / "repeatedtoolfailureguardconnector" / "testdata"
-
-
-def _generator() -> ModuleType:
-    path = ROOT / "tests" / "vectors" / "generate_connector_golden.py"
-    spec = importlib.util.spec_from_file_location("generate_connector_golden", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _expected() -> dict[str, dict[str, object]]:
@@ -37,14 +27,14 @@ def _expected() -> dict[str, dict[str, object]]:
 
 @pytest.mark.parametrize("name", sorted(_expected()))
 def test_replay_gives_the_golden_numbers(name: str) -> None:
-    numbers = _generator().replay_numbers(TESTDATA / name)
+    numbers = vector_generator("generate_connector_golden").replay_numbers(TESTDATA / name)
     assert numbers == _expected()[name]
     decisions = numbers["decisions"]
     assert isinstance(decisions, dict) and sum(decisions.values()) > 0
 
 
 def test_golden_inputs_are_committed() -> None:
-    generator = _generator()
+    generator = vector_generator("generate_connector_golden")
     for name, render in (
         ("genai-traces.jsonl", generator.render_genai),
         ("openinference-traces.jsonl", generator.render_openinference),

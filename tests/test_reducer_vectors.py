@@ -6,29 +6,19 @@ Python reducer that is not regenerated fails here, and a Go reducer that differs
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
+
+from harness import vector_generator
 
 from otel_guard.reducer import RESET_REASONS
 
 VECTORS = Path(__file__).parent / "vectors"
 
 
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "generate_reducer_vectors", VECTORS / "generate_reducer_vectors.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_vectors_are_regenerated() -> None:
     committed = (VECTORS / "reducer.json").read_text(encoding="utf-8")
-    assert committed == _generator().render(), (
+    assert committed == vector_generator("generate_reducer_vectors").render(), (
         "tests/vectors/reducer.json is stale: run python tests/vectors/generate_reducer_vectors.py"
     )
 

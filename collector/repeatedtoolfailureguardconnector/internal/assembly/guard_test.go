@@ -617,7 +617,20 @@ func TestInferredPromptBelowASection3PromptIsSection3s(t *testing.T) {
 	b := newBuilder(42)
 	root := b.span(pcommon.SpanID{}, 0, 500*ms, map[string]any{"http.route": "/run"})
 	section3 := b.span(root, 1*ms, 400*ms, map[string]any{"gen_ai.operation.name": "invoke_agent", "acp.prompt.id": "p"})
-	prompt := b.span(section3, 2*ms, 300*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
+	if got := loopBelow(b, section3); len(got) != 0 {
+		t.Fatalf("decisions %v, want none", got)
+	}
+	control := newBuilder(44)
+	plain := control.span(pcommon.SpanID{}, 0, 500*ms, map[string]any{"http.route": "/run"})
+	if got := loopBelow(control, plain); len(got) != 3 {
+		t.Fatalf("the loop below a plain root: decisions %v, want 3", got)
+	}
+}
+
+// loopBelow adds a GenAI prompt span below parent with three rounds of a failing tool, replays
+// the builder's spans and returns the decisions.
+func loopBelow(b *builder, parent pcommon.SpanID) []string {
+	prompt := b.span(parent, 2*ms, 300*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
 	for round := uint64(0); round < 3; round++ {
 		chat(b, prompt, (10+round*10)*ms, (11+round*10)*ms)
 		genaiTool(b, prompt, (12+round*10)*ms, (13+round*10)*ms, string(rune('a'+round)))
@@ -625,9 +638,7 @@ func TestInferredPromptBelowASection3PromptIsSection3s(t *testing.T) {
 	g := defaultGuard()
 	evs := record(g)
 	g.Replay(b.out)
-	if got := values(*evs); len(got) != 0 {
-		t.Fatalf("decisions %v, want none", got)
-	}
+	return values(*evs)
 }
 
 // Below a section 3 prompt span that is its trace's root nothing is inferred, even through a
@@ -636,15 +647,7 @@ func TestNothingBelowASection3RootIsInferred(t *testing.T) {
 	b := newBuilder(43)
 	root := acpPrompt(b, "p", 0, 400*ms, nil)
 	outliving := b.span(root, 1*ms, 600*ms, map[string]any{"framework.step": "sub-agent"})
-	prompt := b.span(outliving, 2*ms, 300*ms, map[string]any{"gen_ai.operation.name": "invoke_agent"})
-	for round := uint64(0); round < 3; round++ {
-		chat(b, prompt, (10+round*10)*ms, (11+round*10)*ms)
-		genaiTool(b, prompt, (12+round*10)*ms, (13+round*10)*ms, string(rune('a'+round)))
-	}
-	g := defaultGuard()
-	evs := record(g)
-	g.Replay(b.out)
-	if got := values(*evs); len(got) != 0 {
+	if got := loopBelow(b, outliving); len(got) != 0 {
 		t.Fatalf("decisions %v, want none", got)
 	}
 }
