@@ -273,6 +273,40 @@ def test_the_outermost_of_nested_prompts_owns_their_calls() -> None:
     assert agent.harness.guard.diagnostics() == {"late_span": 1}
 
 
+@pytest.mark.parametrize("ends_first", ["step", "outer"])
+def test_a_nested_prompt_span_that_outlives_its_parent_is_part_of_the_outer_prompt(
+    ends_first: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The inner prompt span ends after the span it started in (a step span, or the outer
+    # prompt span itself, below a request span): it is still nested, so one prompt decides.
+    agent = Agent()
+    request = agent.tracer.start_span("request")
+    outer = agent.span(request, "invoke_agent outer", {"gen_ai.operation.name": "invoke_agent"})
+    agent.chat(outer)  # the trace is watched from here: the step span's end leaves a link
+    step = agent.span(outer, "step")
+    inner = agent.span(
+        step,
+        "invoke_agent inner",
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "inner"},
+    )
+    step.end()
+    if ends_first == "outer":
+        outer.end()
+    for _ in range(3):
+        agent.turn(inner)
+    agent.chat(inner)
+    inner.end()
+    if ends_first == "step":
+        outer.end()
+    request.end()
+    assert agent.harness.guard.genai_coverage().prompts == 1
+    assert agent.harness.decision_counts() == {"tracked": 1, "would_warn": 1, "would_stop": 1}
+    assert {e.prompt_id for e in agent.evaluations} == {f"{outer.get_span_context().span_id:016x}"}
+    _, report, _ = _replay(capsys, _write(agent, tmp_path / "outliving.jsonl"))
+    assert report["prompts"] == 1 and report["invariant_violations"] == 0
+    assert {k: v for k, v in report["decisions"].items() if v} == agent.harness.decision_counts()
+
+
 def test_spans_with_acp_attributes_follow_section_3_even_below_a_genai_prompt() -> None:
     agent = Agent()
     harness = agent.harness

@@ -23,12 +23,14 @@ anyway, and a section 3 prompt span may outlive the node span it started in.
 
 **The outermost prompt.** A prompt span nested in another (OpenLLMetry's ``invoke_agent
 LangGraph`` around ``LangGraph.workflow``) is part of the outer one. When a prompt span ends,
-its ancestors are still open, so it waits for them: it is settled when the trace's local root
-ends (or at once when it is that root), unless an ancestor ends that is itself a prompt, which
-takes it in. Decisions of an inferred prompt therefore come out when its outermost prompt span
-(or, below a root that is not a prompt, that root) ends; its prompt is never enforced, so the
-host loses no action by waiting, and the decisions depend on span times only, never on when
-they were computed.
+its ancestors are usually still open, so it waits for them: it is settled when the trace's
+local root ends (or at once when it is that root), unless an ancestor ends that is itself a
+prompt, which takes it in. Ancestors that ended before it (a prompt span that outlives the
+span it started in, or the outer prompt span) are walked through at once, and an ended prompt
+span among them takes it in just the same. Decisions of an inferred prompt therefore come out
+when its outermost prompt span (or, below a root that is not a prompt, that root) ends; its
+prompt is never enforced, so the host loses no action by waiting, and the decisions depend on
+span times only, never on when they were computed.
 
 **Inferred batches**, from span times: the tool calls whose start lies between one model call's
 start and the next one's (or before the first). A batch settles at the next model call's start
@@ -419,11 +421,8 @@ class InferredAssembly:
             if claim is not None and claim.kind == "prompt":
                 for nested in waiting:
                     trace.prompts.pop(nested, None)  # part of this, the outer prompt
-            elif parent_id is not None:
-                trace.pending.setdefault(parent_id, []).extend(waiting)
             else:
-                for prompt_span_id in waiting:
-                    self._settle(trace, prompt_span_id, events)
+                self._wait(trace, waiting, parent_id, events)
         if parent_id is None:
             if remote_root:
                 self._finish_part(trace_id, trace, span_id, events)
@@ -456,11 +455,30 @@ class InferredAssembly:
             return _SPAN_BYTES + len(stand.name)
         prompt_id = bounded_id(claim.prompt_id or f"{span_id:016x}")
         trace.prompts[span_id] = _PromptSpan(prompt_id, claim.profile, stand)
-        if parent_id is None:
-            self._settle(trace, span_id, events)
-        else:
-            trace.pending.setdefault(parent_id, []).append(span_id)
+        self._wait(trace, [span_id], parent_id, events)
         return _SPAN_BYTES + len(stand.name) + len(prompt_id)
+
+    def _wait(
+        self, trace: _Trace, waiting: list[int], parent_id: int | None, events: list[ProfileEvent]
+    ) -> None:
+        """Ended prompt spans wait for their nearest open ancestor (settled at once when there
+        is none). Ancestors that ended already (a span that outlives its parent) are walked
+        through, and an ended prompt span among them is the outer prompt: it takes them in."""
+        links = trace.links
+        steps = len(links)
+        for step in range(steps + 1):
+            if parent_id is None:
+                for prompt_span_id in waiting:
+                    self._settle(trace, prompt_span_id, events)
+                return
+            if parent_id not in links or step == steps:  # open, or a malformed parent cycle
+                trace.pending.setdefault(parent_id, []).extend(waiting)
+                return
+            if parent_id in trace.prompts:
+                for nested in waiting:
+                    trace.prompts.pop(nested, None)  # part of the outer prompt
+                return
+            parent_id = links[parent_id]
 
     def _finish(self, trace_id: int, trace: _Trace, events: list[ProfileEvent]) -> None:
         """The trace's local root ended: waiting prompts are outermost; what is left is orphaned."""
