@@ -153,6 +153,27 @@ def build(choose: Choices, loops: bool) -> list[Node]:
     return nodes
 
 
+def read_whole(nodes: list[Node]) -> bool:
+    """Whether the guard, reading ended spans, sees every link the Collector connector (which
+    sees whole traces) sees: no span that parents others and is no profile's ends before the
+    trace's first span a profile claims, and no section 3 prompt span sits below a section 3
+    batch or tool span (docs/design.md, "What reading ended spans cannot see")."""
+    claimed = [n.end for n in nodes if n.kind not in ("plain", *SECTION_3)]
+    first = min(claimed, default=None)
+    parents = {n.parent for n in nodes}
+    for index, node in enumerate(nodes):
+        lost = first is not None and node.end <= first and index in parents
+        if lost and node.kind in ("plain", "acp_batch", "acp_tool"):
+            return False
+        if node.kind == "acp_prompt":
+            parent = node.parent
+            while parent >= 0:
+                if nodes[parent].kind in ("acp_batch", "acp_tool"):
+                    return False
+                parent = nodes[parent].parent
+    return True
+
+
 def classify(node: Node) -> dict[str, Any]:
     """The node's attributes: its kind's, its IDs, and its outcome's."""
     attributes = dict(KINDS[node.kind])

@@ -50,6 +50,7 @@ type golden struct {
 	Batches      int            `json:"batches"`
 	Decisions    map[string]int `json:"decisions"`
 	ResetReasons map[string]int `json:"reset_reasons"`
+	Diagnostics  map[string]int `json:"diagnostics"`
 }
 
 // goldenDir is testdata, or the directory GUARD_GOLDEN_DIR names: the Python test suite writes
@@ -165,6 +166,8 @@ func TestDecisionCountsEqualReplay(t *testing.T) {
 			require.Equal(t, nonZero(want.Decisions), decisions, "decisions")
 			reasons := lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "reset_reason")
 			require.Equal(t, nonZero(want.ResetReasons), reasons, "reset reasons")
+			diagnostics := lastCounts(metrics.AllMetrics(), telemetry.DiagnosticsMetric, "diagnostic")
+			require.Equal(t, nonZero(want.Diagnostics), diagnostics, "diagnostics")
 			modes := lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "mode")
 			for mode := range modes {
 				require.Equal(t, "shadow", mode)

@@ -431,7 +431,8 @@ def replay_numbers(path: Path) -> dict[str, Any]:
         main(["replay", "--format", "json", str(path)])
     report = json.loads(out.getvalue())
     return {
-        key: report[key] for key in ("spans", "prompts", "batches", "decisions", "reset_reasons")
+        key: report[key]
+        for key in ("spans", "prompts", "batches", "decisions", "reset_reasons", "diagnostics")
     }
 
 
