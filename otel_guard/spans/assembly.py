@@ -145,18 +145,6 @@ def _below(
     return found
 
 
-def _shielded(span_id: int, links: Mapping[int, int | None], shields: Container[int]) -> bool:
-    """Whether an ancestor of ``span_id`` (through ``links``) is one of ``shields``."""
-    current = links.get(span_id)
-    for _ in range(len(links)):  # a malformed parent cycle ends the walk
-        if current is None:
-            return False
-        if current in shields:
-            return True
-        current = links.get(current)
-    return False
-
-
 class _Stand:
     """What is kept of a model-call or prompt span that may settle a batch: enough to stand for
     it in records and listener calls, none of its attributes."""
@@ -575,10 +563,11 @@ class InferredAssembly:
         def below(span_id: int) -> bool:
             return _below(span_id, links, shields, memo)
 
-        # Through any span, section 3 ones included: a section 3 prompt span anywhere below, or
-        # a section 3 span above (the prompt span is in its subtree).
+        # Through any span, section 3 ones included: a section 3 span above (the prompt span is
+        # in its subtree), or a section 3 prompt span anywhere below.
+        above: dict[int, bool] = dict.fromkeys(shields, True)
         reach: dict[int, bool] = {prompt_span_id: True}
-        handed_over = _shielded(prompt_span_id, links, shields) or any(
+        handed_over = _below(prompt_span_id, links, _NO_SHIELDS, above) or any(
             _below(shield, links, _NO_SHIELDS, reach)
             for shield, is_prompt in shields.items()
             if is_prompt
