@@ -237,14 +237,11 @@ def run(nodes: list[Node], path: Path) -> Harness:
     return harness
 
 
-def live_counts(harness: Harness) -> tuple[dict[str, int], dict[str, int]]:
-    """Decisions, and reset reasons, counted by the guard's decisions counter."""
-    decisions: dict[str, int] = {}
+def reset_counts(harness: Harness) -> dict[str, int]:
+    """Resets by reason, counted by the guard's decisions counter."""
     resets: dict[str, int] = {}
     for attributes, value in harness.points(DECISIONS_METRIC):
-        decision = str(attributes["decision"])
-        decisions[decision] = decisions.get(decision, 0) + value
-        if decision == "reset":
+        if attributes["decision"] == "reset":
             reason = str(attributes["reset_reason"])
             resets[reason] = resets.get(reason, 0) + value
-    return decisions, resets
+    return resets

@@ -17,7 +17,7 @@ from typing import TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from span_trees import Node, build, live_counts, run
+from span_trees import Node, build, reset_counts, run
 
 from otel_guard.cli import main
 
@@ -48,7 +48,7 @@ def trees(draw: st.DrawFn, loops: bool) -> list[Node]:
 def check(nodes: list[Node], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "trace.jsonl"
     harness = run(nodes, path)
-    decisions, resets = live_counts(harness)
+    decisions, resets = harness.decision_counts(), reset_counts(harness)
     diagnostics = harness.diagnostic_counts()
     assert "internal_error" not in diagnostics
     capsys.readouterr()
