@@ -157,7 +157,8 @@ def prepare(name: str, target: Target) -> Path:
         'also_copy = ["examples"]\n'
         f"only_mutate = {_toml_list(target.sources)}\n"
         f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
+        # In the tool's own process: no test workers (pyproject's addopts start them).
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-n", "0"]\n'
         "use_git_change_detection = false\n"
     )
     pyproject = work / "pyproject.toml"
