@@ -4,9 +4,9 @@
 Before the byte bound the guard kept every ended span (1.4 GiB traced for 500,000 calls); its
 compact call records alone, uncapped, trace 66 MiB here. Now they are capped across all open
 batches by ``max_call_bytes`` (16 MiB by default, estimated), so the whole scenario, including
-the host's own 2,000 open spans (about 6 MiB), stays under ``BOUND`` (18 MiB traced). The
-scenario is the smallest that still fails without the cap, at a quarter of the time the
-500,000-call one took. ``benchmarks/memory.py`` reports its resident size.
+the host's own 2,000 open spans (about 6 MiB), traces 18 MiB, under ``BOUND`` (40 MiB). At this
+size the uncapped records still exceed the bound by two thirds, and the test takes a third of
+the time the 500,000-call one took. ``benchmarks/memory.py`` reports its resident size.
 """
 
 from __future__ import annotations
