@@ -444,7 +444,7 @@ _other_keys = _keys.filter(lambda key: not is_genai_key(key))
 
 def _derived(key: str, value: Any, pseudonym: Pseudonymizer) -> Any:
     """What a removed key still exports for replay: a pseudonym or a classified error type."""
-    prefix = {"gen_ai.tool.name": "tool_", "mcp.server.name": "mcp_"}.get(key)
+    prefix = {"gen_ai.tool.name": "tool_", "tool.name": "tool_", "mcp.server.name": "mcp_"}.get(key)
     if prefix is not None and isinstance(value, str):
         return pseudonym(value, prefix) if value.strip() else value
     if key == "error.type":

@@ -248,3 +248,83 @@ def test_values_of_the_wrong_shape_leave_nothing_and_replay_to_the_same_report(
     assert OtlpJsonSpanExporter(stream).export(redacted_spans) is SpanExportResult.SUCCESS
     read_back = parse_request(stream.getvalue())
     assert _replay(mode, read_back) == _replay(mode, raw_spans)
+
+
+def _record_openinference(
+    tracer: Tracer, tools: Sequence[str], call_id_key: str, session: str | None, typed_by: str
+) -> None:
+    """An OpenInference agent (section 3c) looping on failing tools: an AGENT span, an LLM span
+    before each batch and after the last, each batch's TOOL spans failing below a chain span."""
+    agent_attributes: dict[str, Any] = {"openinference.span.kind": "AGENT"}
+    if session is not None:
+        agent_attributes["session.id"] = session
+    agent = tracer.start_span("agent run", attributes=agent_attributes)
+    inside = set_span_in_context(agent)
+    number = 0
+    for _ in range(4):
+        tracer.start_span(
+            "llm", context=inside, attributes={"openinference.span.kind": "LLM"}
+        ).end()
+        chain = tracer.start_span("tools", context=inside, attributes={"input.value": "CnryArgsZq"})
+        for tool in tools:
+            number += 1
+            span = tracer.start_span(
+                f"tool {tool}",
+                context=set_span_in_context(chain),
+                attributes={
+                    "openinference.span.kind": "TOOL",
+                    "tool.name": tool,
+                    call_id_key: f"CnryCall {number}/x",
+                    "input.value": '{"path": "/home/CnryPathZq"}',
+                },
+            )
+            if typed_by == "error.type":
+                span.set_attribute("error.type", "TimeoutError")
+            else:
+                span.record_exception(TimeoutError("CnryMessageZq"))
+            span.set_status(Status(StatusCode.ERROR, "CnryStatusZq"))
+            span.end()
+        chain.end()
+    tracer.start_span("llm", context=inside, attributes={"openinference.span.kind": "LLM"}).end()
+    agent.end()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("call_id_key", ["tool_call.id", "tool.id"])
+@pytest.mark.parametrize("session", [None, "session-7f3a"])
+@pytest.mark.parametrize("typed_by", ["error.type", "exception"])
+@pytest.mark.parametrize("key", [None, b"k"])
+def test_openinference_loops_replay_to_the_same_report_after_redaction(
+    mode: str, call_id_key: str, session: str | None, typed_by: str, key: bytes | None
+) -> None:
+    """The OpenInference profile's tool name is exported as a pseudonym and its call IDs and
+    session as identifiers the guard compares, so its decisions replay unchanged too."""
+    raw = InMemorySpanExporter()
+    redacted = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(raw))
+    provider.add_span_processor(
+        SimpleSpanProcessor(RedactingSpanExporter(redacted, pseudonym_key=key))
+    )
+    _record_openinference(
+        provider.get_tracer("agent"),
+        ["CnryToolZq"] * 3,
+        call_id_key,
+        session,
+        typed_by,
+    )
+    raw_spans, redacted_spans = raw.get_finished_spans(), redacted.get_finished_spans()
+    encoded = encode_spans(redacted_spans).SerializeToString()
+    canaries = [b"CnryToolZq", b"CnryArgsZq", b"CnryPathZq", b"CnryStatusZq"]
+    if typed_by == "exception":
+        canaries.append(b"CnryMessageZq")
+    for canary in canaries:
+        assert canary in encode_spans(raw_spans).SerializeToString()
+        assert canary not in encoded
+    stream = io.StringIO()
+    assert OtlpJsonSpanExporter(stream).export(redacted_spans) is SpanExportResult.SUCCESS
+    read_back = parse_request(stream.getvalue())
+    expected = _replay(mode, raw_spans)
+    # Not vacuous: the raw loop is stopped (or would be), and so is the redacted one.
+    assert expected["decisions"].get("would_stop", 0) == 1, expected["decisions"]
+    assert _replay(mode, read_back) == expected

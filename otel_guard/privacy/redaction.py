@@ -96,7 +96,8 @@ class RedactingSpanExporter(SpanExporter):
     Every other span loses the registry's deny-list keys (case-insensitive) and any name that
     holds a removed value. Both keep what the guard's replay needs:
 
-    * ``gen_ai.tool.name`` (and ``mcp.server.name``) become keyed pseudonyms
+    * ``gen_ai.tool.name``, OpenInference's ``tool.name`` and ``mcp.server.name`` become keyed
+      pseudonyms
       (:class:`~otel_guard.privacy.pseudonym.Pseudonymizer` under ``pseudonym_key``);
     * classified error types are kept, free text is dropped (``error.type`` becomes ``_OTHER``).
 

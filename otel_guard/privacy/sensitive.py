@@ -508,6 +508,11 @@ GENAI_ALLOWED_KEYS: Final[Mapping[str, AllowedKey]] = {
     "mcp.session.id": AllowedKey("word", _ID),
     # Framework span kinds and model identifiers.
     "openinference.span.kind": AllowedKey("word", _STRUCTURE + " (LLM, TOOL, AGENT, ...)"),
+    # The OpenInference profile's identifiers (docs/contract.md section 3c); its tool name is
+    # pseudonymous (PSEUDONYMOUS_KEYS).
+    attr.OPENINFERENCE_TOOL_CALL_ID: AllowedKey("call_id", _ID + "; " + _GUARD),
+    attr.OPENINFERENCE_TOOL_ID: AllowedKey("call_id", _ID + "; " + _GUARD),
+    attr.SESSION_ID: AllowedKey("conversation_id", _ID + "; the prompt ID of OpenInference traces"),
     "llm.model_name": AllowedKey("word", _MODEL),
     "llm.provider": AllowedKey("word", _STRUCTURE),
     "llm.system": AllowedKey("word", _STRUCTURE),
@@ -555,7 +560,11 @@ GENAI_ALLOWED_PATTERNS: Final[Mapping[str, AllowedKey]] = {
 """Families of allowed keys (full match, exact case): token counts under each framework's name.
 Their values must be numbers, so content put under such a key is still dropped."""
 
-PSEUDONYMOUS_KEYS: Final[Mapping[str, str]] = {attr.TOOL_NAME: "tool_", "mcp.server.name": "mcp_"}
+PSEUDONYMOUS_KEYS: Final[Mapping[str, str]] = {
+    attr.TOOL_NAME: "tool_",
+    attr.OPENINFERENCE_TOOL_NAME: "tool_",
+    "mcp.server.name": "mcp_",
+}
 """Keys whose string value a GenAI span exports as a keyed pseudonym
 (``otel_guard.privacy.pseudonym``), with the pseudonym's prefix:
 equal names stay equal and different names stay different, so the guard's decisions (which only
