@@ -880,3 +880,24 @@ def test_a_genai_prompt_active_within_the_ttl_keeps_its_state_when_another_promp
     assert "internal_error" not in guard.diagnostics()
     assert "expired" not in guard.diagnostics()
     assert [e.decision.kind for e in agent.evaluations] == ["tracked", "would_warn", "would_stop"]
+
+
+def test_a_long_prompt_decided_at_its_end_loses_no_transition_to_the_record_queue() -> None:
+    """An inferred prompt's batches are decided when it ends, all in that one ``end()``: 2,200
+    transitions and as many observation counts, more than the record queue holds (4,096). They
+    are queued together, so none is dropped, and the counter and the records say the same."""
+    agent = Agent()
+    pairs = 1_100
+    with agent.prompt() as prompt:
+        for _ in range(pairs):
+            agent.turn(prompt, width=1)
+            agent.turn(prompt, width=1, fail=False)
+        agent.chat(prompt)
+    assert agent.kinds() == ["tracked", "reset"] * pairs  # decided, before the records
+    counts = agent.harness.decision_counts()
+    assert counts == {"tracked": pairs, "reset": pairs}
+    assert "telemetry_error" not in agent.harness.diagnostic_counts()
+    records = agent.harness.logs(TRANSITION_EVENT)
+    assert decisions_of(records) == ["tracked", "reset"] * pairs
+    observed = sum(value for _, value in agent.harness.points(OBSERVATIONS_METRIC))
+    assert observed == 2 * pairs

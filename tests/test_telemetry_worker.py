@@ -612,3 +612,28 @@ def test_observations_are_never_dropped_by_a_full_queue() -> None:
     assert _observation_total(reader) == 100
     assert telemetry.dropped == 1  # the diagnostic, never an observation
     telemetry.close()
+
+
+def test_records_handed_over_together_pass_the_bound_or_are_dropped_together() -> None:
+    # One span's end hands over its records together: all of them while the queue is not full
+    # (past its bound), none when it is; observations are counted either way.
+    telemetry, holding, exporter, reader = _held_pipeline(max_pending=2)
+    gate = holding.hold("held")
+    telemetry.diagnostic("late_span", "held")
+    flusher = threading.Thread(target=telemetry.flush)
+    flusher.start()
+    assert holding.entered["held"].wait(timeout=30)
+    success = Observation("c", "run_shell", "native", "success", "success", None, False)
+    burst = [telemetry.diagnostic_item("late_span", f"kept-{n}", None) for n in range(5)]
+    telemetry.together([*burst, ("observations", [success])])  # the queue held nothing
+    telemetry.together(
+        [telemetry.diagnostic_item("late_span", "dropped", None), ("observations", [success])]
+    )
+    gate.set()
+    flusher.join(timeout=30)
+    telemetry.flush()
+    prompts = [prompt for diagnostic, prompt in _emitted(exporter) if diagnostic == "late_span"]
+    assert prompts == ["held", *(f"kept-{n}" for n in range(5))]
+    assert telemetry.dropped == 1
+    assert _observation_total(reader) == 2
+    telemetry.close()

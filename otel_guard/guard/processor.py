@@ -47,6 +47,7 @@ from otel_guard.guard.telemetry import (
     DecisionValue,
     Diagnostic,
     GuardTelemetry,
+    QueueItem,
     decision_value,
 )
 from otel_guard.reducer import (
@@ -245,6 +246,9 @@ _REBUILT_STATE: Final = _INITIAL_STATE._replace(enforcement_disabled=True)
 # Batch spans that ended recently, by span ID, with their prompt: a tool-call span ending under
 # one of them is a late frame. Bounded: a frame later than this is ignored as an orphan.
 _ENDED_BATCHES = 4096
+_TOGETHER: Final = 8
+"""More emissions than this from one span's end are queued together (GuardTelemetry.together):
+an inferred prompt's end decides all its batches at once."""
 _KEPT: Final = object()  # a span ID's absence from the table of evicted spans
 # What to emit once the lock is released.
 _Emission = (
@@ -1236,6 +1240,19 @@ class GuardSpanProcessor(SpanProcessor):
         # No instrumentation suppression is needed here: the SDK's log processors suppress it
         # around their own exports, and nothing else here can create spans.
         telemetry = self._telemetry
+        if len(out) > _TOGETHER:
+            items: list[QueueItem] = []
+            for item in out:
+                if item[0] == "diagnostic":
+                    _, name, prompt_id, span_context = item
+                    self._count(name)
+                    items.append(telemetry.diagnostic_item(name, prompt_id, span_context))
+                elif item[0] == "observations":
+                    items.append(("observations", item[1]))
+                else:
+                    items.append(("decided", item[1]))
+            telemetry.together(items)
+            return
         for item in out:
             if item[0] == "diagnostic":
                 _, name, prompt_id, span_context = item

@@ -10,7 +10,8 @@ Emission failures are swallowed and tallied: telemetry never changes a decision.
 Records and counts leave the agent's thread: :class:`GuardTelemetry` queues what the processor
 decided (a few tuples) and a worker thread builds the log records and counts them, so
 ``span.end()`` pays for a queue append instead of an SDK log record. The queue is bounded and
-never blocks: what does not fit is dropped and counted as ``telemetry_error``. ``flush()`` (the
+never blocks: what does not fit is dropped and counted as ``telemetry_error`` (the records of
+one span's end are queued or dropped together, :meth:`GuardTelemetry.together`). ``flush()`` (the
 processor's ``force_flush()`` and ``shutdown()``) delivers everything pending on the caller's
 thread, and so does every collection of the guard's counters, so a metric reader never sees a
 count behind its records.
@@ -74,6 +75,7 @@ __all__ = [
     "DecisionValue",
     "Diagnostic",
     "GuardTelemetry",
+    "QueueItem",
     "Transition",
     "batch_count_bucket",
     "decision_value",
@@ -381,13 +383,14 @@ def _counts_for(meter_provider: MeterProvider) -> _Counts:
 # What the processor hands over: a transition with its batch's end time, or a diagnostic with its
 # prompt ID, span context and the time it was seen; and a flush's mark, set once the worker has
 # emitted everything queued before it.
-_Item = (
+QueueItem = (
     tuple[Literal["transition"], Transition, int | None]
     | tuple[Literal["decided"], Decided]
     | tuple[Literal["observations"], Sequence[Observation]]
     | tuple[Literal["diagnostic"], Diagnostic, str | None, SpanContext | None, int]
     | tuple[Literal["mark"], threading.Event]
 )
+"""What the queue holds: a record to build, observations to count, or a flush's mark."""
 
 DEFAULT_MAX_PENDING: Final = 4096
 """Records the queue holds before it drops (and counts) new ones."""
@@ -427,7 +430,7 @@ class GuardTelemetry:
         self._lock = threading.Lock()
         self._counts = _Counts()
         self._log: Logger | None = None
-        self._pending: deque[_Item] = deque()
+        self._pending: deque[QueueItem] = deque()
         self._dropped_unreported = 0
         # Held while records are emitted, so that records leave in the order they were queued.
         self._emitting = threading.Lock()
@@ -486,7 +489,14 @@ class GuardTelemetry:
             )
         )
 
-    def _put(self, item: _Item) -> None:
+    @staticmethod
+    def diagnostic_item(
+        diagnostic: Diagnostic, prompt_id: str | None, span_context: SpanContext | None
+    ) -> QueueItem:
+        """What :meth:`diagnostic` queues, happening now, for :meth:`together`."""
+        return ("diagnostic", diagnostic, prompt_id, span_context, time.time_ns())
+
+    def _put(self, item: QueueItem) -> None:
         if not self._background or self._closed:
             self._emit_now(item)
             return
@@ -499,6 +509,34 @@ class GuardTelemetry:
         if self._worker is None:
             self._start_worker()
         elif len(pending) == _WAKE_AT:
+            self._wake.set()
+
+    def together(self, items: Sequence[QueueItem]) -> None:
+        """Queue the records of one span's end together: all of them while the queue is not
+        full, even past its bound, else none (each dropped and counted, observations counted
+        here instead, as :meth:`observations` does).
+
+        One span's end can decide many batches at once (an inferred prompt's, when it ends),
+        more than the queue holds; item by item, the last of them would be dropped although the
+        queue was nearly empty. Their number is bounded by the state the guard kept for them,
+        so the queue passes its bound by at most one span's records."""
+        if not self._background or self._closed:
+            for item in items:
+                self._emit_now(item)
+            return
+        pending = self._pending
+        if len(pending) >= self._max_pending:
+            for item in items:
+                if item[0] == "observations":
+                    self._count_observations(item[1])
+                else:
+                    self.dropped += 1
+                    self._dropped_unreported += 1
+            return
+        pending.extend(items)
+        if self._worker is None:
+            self._start_worker()
+        elif len(pending) >= _WAKE_AT:
             self._wake.set()
 
     def _start_worker(self) -> None:
@@ -520,7 +558,7 @@ class GuardTelemetry:
 
     # -- emitting (the worker, or the caller of flush) ---------------------------------------
 
-    def _emit_now(self, item: _Item) -> None:
+    def _emit_now(self, item: QueueItem) -> None:
         me = threading.get_ident()
         if self._emitter == me:  # handed over from inside an emission on this thread
             self._emit_item(item)
@@ -615,7 +653,7 @@ class GuardTelemetry:
         self._wake = threading.Event()
         self._worker = None
 
-    def _emit_item(self, item: _Item) -> None:
+    def _emit_item(self, item: QueueItem) -> None:
         if item[0] == "observations":
             self._count_observations(item[1])
         elif item[0] == "decided":
