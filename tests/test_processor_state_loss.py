@@ -907,3 +907,68 @@ def test_a_stop_under_state_loss_is_never_sooner_than_with_full_knowledge(
             stopped.add(prompt_id)
         if action is not None and action.kind == "stop":
             assert prompt_id in stopped, f"batch {index}: a stop the full guard had not issued"
+
+
+# -- past every exact table: open prompt spans whose facts the table of lost IDs forgot -------
+# With max_prompts=1 and one call per batch: 5 open spans, 4 lost prompt IDs. Twenty prompt
+# spans that never end push out every record and every lost ID of the ones before them.
+
+
+def test_an_opted_out_prompt_stays_off_when_even_its_lost_id_is_forgotten() -> None:
+    evaluations: list[Any] = []
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1, listener=evaluations.append)
+    cron = h.start_prompt("v", route="cron")  # open, never ends
+    for i in range(20):
+        h.start_prompt(f"o{i}")  # open, never end
+    assert loop(h, "v", 3, cron) == [None, None, None]
+    assert [e.prompt_id for e in evaluations] == []
+    assert all(dict(r.log_record.attributes or {}).get("prompt_id") != "v" for r in h.logs())
+
+
+def test_a_disabled_prompt_never_enforces_when_even_its_lost_id_is_forgotten() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=4)  # 8 open spans, 4 lost IDs
+    span = h.start_prompt("v")
+    h.batch("v", [FAIL] * 4, parent=span, reliable=False)  # enforcement disabled
+    for i in range(40):
+        h.start_prompt(f"o{i}")
+    assert loop(h, "v", 3, span) == [None, "reminder", None]
+    state = h.guard.state("v")
+    assert state is not None and state.enforcement_disabled
+
+
+def test_a_second_prompt_span_collides_when_even_the_first_ones_lost_id_is_forgotten() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=4)  # 8 open spans, 4 lost IDs
+    h.start_prompt("a")  # open, never ends
+    for i in range(40):
+        h.start_prompt(f"o{i}")
+    second = h.start_prompt("a")
+    assert h.guard.diagnostics()["prompt_collision"] == 1
+    assert loop(h, "a", 3, second) == [None, "reminder", None]  # never a stop
+
+
+def test_an_opt_out_learned_after_the_lost_id_was_forgotten_stays() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=1)
+    span = h.start_prompt("v")
+    for i in range(20):
+        h.start_prompt(f"o{i}")
+    named_before = len(named(h, "v"))  # its eviction, while it was guarded
+    h.batch("v", [FAIL], parent=span, batch_attributes={"acp.prompt.route": "cron"})
+    for i in range(20):
+        h.batch(f"d{i}", [OK])  # evict the state of "v" and every dropped ID
+    h.batch("v", [FAIL], parent=span)
+    assert len(named(h, "v")) == named_before
+
+
+def named(h: Harness, prompt_id: str) -> list[Any]:
+    return [r for r in h.logs() if (r.log_record.attributes or {}).get("prompt_id") == prompt_id]
+
+
+def test_a_forgotten_prompt_span_that_ended_leaves_its_id_to_a_fresh_prompt() -> None:
+    h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=4)
+    first = h.start_prompt("a", route="cron")
+    for i in range(40):
+        h.start_prompt(f"o{i}")
+    first.end()  # untracked: the coarse table's count for "a" goes back to none
+    fresh = h.start_prompt("a")
+    assert h.guard.diagnostics().get("prompt_collision", 0) == 0
+    assert loop(h, "a", 3, fresh) == [None, "reminder", "stop"]

@@ -28,6 +28,7 @@ import os
 import threading
 import time
 import weakref
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass
@@ -209,6 +210,63 @@ class _Life:
         self.guarded = guarded
 
 
+class _Forgotten:
+    """Open prompt spans whose facts the table of lost IDs could not keep (its bound was
+    reached): per slot of a fixed array, chosen by a hash of the prompt ID, how many such spans
+    may still be open, and whether one of their IDs opted out.
+
+    It errs only towards caution (docs/contract.md section 4: losing state never widens what
+    the guard may do). An ID that shares a slot with a forgotten one is read as that one: a
+    collision, enforcement disabled, off if the slot holds an opt-out. A count that reaches 255
+    stays there. The slot forgets when the untracked end of a prompt span with an ID of that
+    slot brings its count to zero (so a half-written prompt span ending there, with no prompt ID
+    at its start, can take one count too early). The hash is CRC-32, the same in every process,
+    so runs repeat exactly.
+    """
+
+    __slots__ = ("_mask", "_off", "_open")
+
+    def __init__(self, slots: int) -> None:
+        self._mask = slots - 1  # a power of two
+        self._open = bytearray(slots)
+        self._off = bytearray(slots)
+
+    def _slot(self, prompt_id: str) -> int:
+        return zlib.crc32(prompt_id.encode("utf-8", "surrogatepass")) & self._mask
+
+    def add(self, prompt_id: str, spans: int, guarded: bool) -> None:
+        slot = self._slot(prompt_id)
+        self._open[slot] = min(255, self._open[slot] + spans)
+        if not guarded:
+            self._off[slot] = 1
+
+    def guarded(self, prompt_id: str) -> bool | None:
+        """None when no forgotten span of the ID's slot may be open, else whether it is
+        guarded (no ID of the slot opted out)."""
+        slot = self._slot(prompt_id)
+        if not self._open[slot]:
+            return None
+        return not self._off[slot]
+
+    def opt_out(self, prompt_id: str) -> None:
+        slot = self._slot(prompt_id)
+        if self._open[slot]:
+            self._off[slot] = 1
+
+    def end(self, prompt_id: str) -> bool:
+        """A prompt span with the ID ended that the guard did not track: one fewer of the
+        slot's spans may be open. True when the slot held one."""
+        slot = self._slot(prompt_id)
+        count = self._open[slot]
+        if not count:
+            return False
+        if count < 255:
+            self._open[slot] = count - 1
+            if count == 1:
+                self._off[slot] = 0
+        return True
+
+
 class _PromptSpan:
     __slots__ = ("prompt_id",)
 
@@ -306,8 +364,9 @@ class GuardSpanProcessor(SpanProcessor):
     ID's lost spans: a later prompt span with the ID collides, an opt-out learned later is
     written there too (:meth:`_opt_out`), a state kept meanwhile never enforces again (the
     span's end may go unseen), and the end of the last of them discards the state as a tracked
-    span's end does. A new prompt span with an ID nobody has open starts a fresh prompt and
-    clears those facts.
+    span's end does. What the table of lost IDs cannot keep goes to a coarser table
+    (:class:`_Forgotten`) that errs only towards caution. A new prompt span with an ID nobody has
+    open starts a fresh prompt and clears those facts.
 
     **Collisions.** A prompt span that starts while another with the same prompt ID is open is
     a ``prompt_collision``: the ID's state keeps going but with enforcement disabled, a pending
@@ -403,6 +462,8 @@ class GuardSpanProcessor(SpanProcessor):
         # later prompt span with the ID is a collision, never a fresh enforcing prompt.
         # The value: (lost spans still open as far as the guard knows, guarded).
         self._lost_open: OrderedDict[str, tuple[int, bool]] = OrderedDict()
+        # What that table could not keep: made at its first overflow (_forget).
+        self._forgotten: _Forgotten | None = None
         self._assembly = InferredAssembly(
             max_traces=self._max_tracked,
             max_bytes=max_call_bytes,
@@ -564,6 +625,7 @@ class GuardSpanProcessor(SpanProcessor):
                 self._ended_batches.clear()
                 self._evicted.clear()
                 self._lost_open.clear()
+                self._forgotten = None
                 self._assembly.clear()
             self._telemetry.close()
         except Exception:
@@ -593,6 +655,10 @@ class GuardSpanProcessor(SpanProcessor):
             now = self._clock()
             life = self._lives.get(prompt_id)
             lost_entry = self._lost_open.get(prompt_id) if life is None else None
+            if lost_entry is None and life is None and self._forgotten is not None:
+                kept = self._forgotten.guarded(prompt_id)
+                if kept is not None:
+                    lost_entry = (0, kept)
             if lost_entry is not None:
                 lost = lost_entry[1]
                 # A prompt span with this ID may still be open, its record lost to the span
@@ -658,6 +724,8 @@ class GuardSpanProcessor(SpanProcessor):
             self._lost_open[prompt_id] = (lost[0], False)
         if prompt_id in self._dropped:
             self._dropped[prompt_id] = False
+        if self._forgotten is not None:
+            self._forgotten.opt_out(prompt_id)
 
     def _known_off(self, prompt_id: str) -> bool:
         """Whether a fact kept of the prompt ID says it opted out; under the lock. An opted-out
@@ -670,6 +738,8 @@ class GuardSpanProcessor(SpanProcessor):
             return True
         lost = self._lost_open.get(prompt_id)
         if lost is not None and not lost[1]:
+            return True
+        if self._forgotten is not None and self._forgotten.guarded(prompt_id) is False:
             return True
         return self._dropped.get(prompt_id) is False
 
@@ -726,7 +796,7 @@ class GuardSpanProcessor(SpanProcessor):
         lost[prompt_id] = (count + 1, guarded and life.guarded)
         lost.move_to_end(prompt_id)
         if len(lost) > self._max_dropped:
-            lost.popitem(last=False)
+            self._forget(*lost.popitem(last=False))
         prompt = self._prompts.get(prompt_id)
         if prompt is not None:
             # The span's end may now go unseen (its entry above is bounded too), so the state
@@ -738,6 +808,17 @@ class GuardSpanProcessor(SpanProcessor):
         del self._lives[prompt_id]
         if prompt is None:
             self._remember(prompt_id, life.guarded)
+
+    def _forget(self, prompt_id: str, entry: tuple[int, bool]) -> None:
+        """The table of lost IDs is full: its oldest entry's facts go to a coarser table."""
+        forgotten = self._forgotten
+        if forgotten is None:
+            # Sixteen slots per entry the exact table holds, 65,536 to 4,194,304 (two bytes
+            # each): holding as many IDs as that table, a new ID is mistaken for a forgotten
+            # one about once in sixteen.
+            slots = 1 << min(22, max(16, (16 * self._max_dropped - 1).bit_length()))
+            forgotten = self._forgotten = _Forgotten(slots)
+        forgotten.add(prompt_id, entry[0], entry[1])
 
     def _end_prompt_span(self, prompt_id: str) -> None:
         life = self._lives.get(prompt_id)
@@ -808,6 +889,8 @@ class GuardSpanProcessor(SpanProcessor):
                         # The ID's last open prompt span ended: as a tracked one's end.
                         self._discard(key)
                 return None
+            if self._forgotten is not None and self._forgotten.end(key):
+                return None  # one whose facts went to the coarser table; its state stays
             if evicted:
                 return None
         elif _BATCH_ADMITTED not in attributes:
@@ -930,6 +1013,10 @@ class GuardSpanProcessor(SpanProcessor):
             # whose record was lost may still be open: rebuilt, keeping its opt-out.
             guarded = self._dropped.pop(prompt_id, None)
             lost = self._lost_open.get(prompt_id)
+            if lost is None and self._forgotten is not None:
+                kept = self._forgotten.guarded(prompt_id)
+                if kept is not None:
+                    lost = (0, kept)
             if lost is not None:
                 guarded = lost[1] and guarded is not False
             prompt = _Prompt(True, now) if guarded is None else _Prompt(guarded, now, rebuilt=True)
@@ -1144,6 +1231,10 @@ class GuardSpanProcessor(SpanProcessor):
             life = self._lives.get(prompt_id)
             known = self._prompts.get(prompt_id)
             lost = self._lost_open.get(prompt_id)
+            if lost is None and self._forgotten is not None:
+                kept = self._forgotten.guarded(prompt_id)
+                if kept is not None:
+                    lost = (0, kept)
             dropped = self._dropped.get(prompt_id)
             if life is not None or lost is not None or known is not None or dropped is not None:
                 collided.add(prompt_id)
