@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -45,7 +45,10 @@ KINDS: dict[str, dict[str, Any]] = {
         "acp.tool.execution.error_type": "timeout",
     },
 }
-SECTION_3 = ("acp_prompt", "acp_batch", "acp_tool")  # read at start: never set late
+SECTION_3 = ("acp_prompt", "acp_batch", "acp_tool")
+# A prompt span carries its prompt ID from its start (contract section 3): never set late. A
+# batch span is one when it ends, and a tool-call span is read when it ends.
+READ_AT_START = ("acp_prompt",)
 TOOLS = ("genai_tool", "genai_named_tool", "oi_tool", "acp_tool")
 OUTCOMES = ("error_type", "error_type", "status_only", "event_only", "status_and_event", "success")
 
@@ -103,7 +106,7 @@ def build(choose: Choices, loops: bool) -> list[Node]:
             Node(
                 parent=parent,
                 kind=kind,
-                late=kind not in SECTION_3 and choose.boolean(),
+                late=kind not in READ_AT_START and choose.boolean(),
                 tool=choose.choice(tools),
                 call_id=choose.choice((*call_ids, f"c{len(nodes)}", f"c{len(nodes)}")),
                 outcome=choose.choice(outcomes),
@@ -122,7 +125,7 @@ def build(choose: Choices, loops: bool) -> list[Node]:
             parent = choose.integer(0, len(nodes) - 1)
             kind = choose.choice(kinds)
             add(parent, kind, choose.integer(1, 40), choose.integer(1, 200))
-        return nodes
+        return _batches_set_late_hold_section_3_calls(nodes)
     family = choose.choice(("genai", "openinference", "acp"))
     agent, chat, tool = {
         "genai": ("genai_agent", "genai_chat", "genai_tool"),
@@ -150,6 +153,20 @@ def build(choose: Choices, loops: bool) -> list[Node]:
             length = choose.choice((5, 10, 30, 5, 10, 30, 200))  # 200: outlives its turn
             add(owner, tool, clock - nodes[owner].start + choose.integer(0, 5), length)
         clock += 120
+    return nodes
+
+
+def _batches_set_late_hold_section_3_calls(nodes: list[Node]) -> list[Node]:
+    """A batch span whose prompt ID is set only after its start is read as one when it ends,
+    with the section 3 calls below it; a GenAI ``execute_tool`` span without ``acp.tool.*`` keys
+    below it goes to the inferred profiles instead, while a replay (which sees the prompt ID
+    from the start) reads it as a half-written call of the batch (docs/design.md, "Batch spans
+    named after their start"). Such a batch is set at its start here."""
+    for node in nodes:
+        if node.kind == "genai_tool" and node.parent >= 0:
+            parent = nodes[node.parent]
+            if parent.kind == "acp_batch" and parent.late:
+                nodes[node.parent] = replace(parent, late=False)
     return nodes
 
 

@@ -78,16 +78,21 @@ def test_a_batch_span_without_its_input_drain_reliability_is_counted() -> None:
     assert _records(h) == [{"diagnostic": "missing_attribute", "prompt_id": "p"}]
 
 
-def test_a_batch_span_whose_prompt_id_came_after_start_is_counted() -> None:
-    # Unguarded either way (the processor tracks a batch from its start), but no longer silent.
-    h = Harness()
+def test_a_batch_span_whose_prompt_id_came_after_start_is_a_batch_span() -> None:
+    # A batch span is one when it ends (section 3 asks the prompt ID at start of prompt spans
+    # only): it is read with its calls, as a replay reads it, and is not half-written.
+    seen: list[BatchEvaluation] = []
+    h = Harness(listener=seen.append)
     batch = h.tracer.start_span("tool_batch")
+    h.tool_span(FAIL, set_span_in_context(batch)).end()
     batch.set_attributes(
-        {"acp.prompt.id": "p", "acp.batch.admitted": 0, "acp.input.reliable": True}
+        {"acp.prompt.id": "p", "acp.batch.admitted": 1, "acp.input.reliable": True}
     )
     batch.end()
-    assert h.guard.diagnostics() == {"missing_attribute": 1}
-    assert _records(h) == [{"diagnostic": "missing_attribute", "prompt_id": "p"}]
+    assert h.guard.diagnostics() == {}
+    (evaluation,) = seen
+    assert evaluation.prompt_id == "p" and evaluation.batch.complete
+    assert [o.execution_status for o in evaluation.batch.observations] == ["error"]
 
 
 def test_a_prompt_span_whose_prompt_id_came_after_start_is_counted() -> None:

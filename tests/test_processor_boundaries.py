@@ -77,9 +77,11 @@ def test_a_batch_span_ending_after_it_was_evicted_is_an_incomplete_batch() -> No
 
 @pytest.mark.parametrize("lost", ["evicted", "no prompt ID at start"])
 def test_a_batch_the_guard_did_not_follow_resets_the_streak_it_may_have_ended(lost: str) -> None:
-    # Its calls are unknown: had it held a success of the candidate's tool, skipping it would
-    # let the guard remind and stop a batch sooner than with full knowledge (section 4: losing
-    # state never widens what the guard may do). So it is an incomplete batch, and resets.
+    # Pushed out of the span table, its calls are unknown: had it held a success of the
+    # candidate's tool, skipping it would let the guard remind and stop a batch sooner than with
+    # full knowledge (section 4: losing state never widens what the guard may do). So it is an
+    # incomplete batch, and resets. Named after its start, it is read with its calls, and the
+    # success resets the streak as a replay reads it.
     h = Harness(mode="enforce", max_prompts=1, max_calls_per_batch=4)  # 8 open spans
     h.batch("p", [FAIL] * 4)
     start = {"acp.prompt.id": "p"} if lost == "evicted" else {}
@@ -102,7 +104,7 @@ def test_a_batch_the_guard_did_not_follow_resets_the_streak_it_may_have_ended(lo
         (attributes["decision"], attributes.get("reset_reason"))
         for attributes, _ in sorted(h.points(), key=lambda point: point[0]["decision"])
         if attributes["decision"] == "reset"
-    ] == [("reset", "incomplete")]
+    ] == [("reset", "incomplete" if lost == "evicted" else "success")]
 
 
 def test_prompt_spans_evict_the_oldest_open_batch_span_too() -> None:
@@ -376,3 +378,21 @@ def test_internal_error_logs_one_debug_line_without_a_traceback(
     assert record.levelno == logging.DEBUG
     assert record.getMessage() == "otel_guard: internal error in the guard processor"
     assert record.exc_info is None
+
+
+def test_batch_spans_named_after_their_start_are_enforced_as_tracked_ones() -> None:
+    h = Harness(mode="enforce")
+    prompt = h.start_prompt("p")
+    actions = []
+    for _ in range(3):
+        batch = h.tracer.start_span("tool_batch", context=set_span_in_context(prompt))
+        batch.set_attribute("acp.prompt.id", "p")  # a moment after its start
+        for _ in range(4):
+            h.tool_span(FAIL, set_span_in_context(batch)).end()
+        batch.set_attributes({"acp.batch.admitted": 4, "acp.input.reliable": True})
+        batch.end()
+        action = h.guard.take_action("p")
+        actions.append(None if action is None else action.kind)
+    assert actions == [None, "reminder", "stop"]
+    assert h.guard.diagnostics() == {}
+    assert h.guard._call_bytes == 0  # the calls kept below them were given back

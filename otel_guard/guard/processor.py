@@ -447,6 +447,11 @@ class GuardSpanProcessor(SpanProcessor):
         self._tracked: OrderedDict[int, _Tracked] = OrderedDict()
         # Open batches holding call data, longest holder first, and their bytes together.
         self._holding: OrderedDict[int, _OpenBatch] = OrderedDict()
+        # Section 3 tool calls that ended below a span the guard does not track, by that span's
+        # ID: it may still become a batch span (its prompt ID set after its start), and is then
+        # read with them as a tracked one would be. Bounded like the open spans; their bytes
+        # count in the same budget.
+        self._unclaimed: OrderedDict[int, _OpenBatch] = OrderedDict()
         self._call_bytes = 0
         self._ended_batches: OrderedDict[int, str] = OrderedDict()
         self._evicted: OrderedDict[int, None] = OrderedDict()
@@ -622,6 +627,7 @@ class GuardSpanProcessor(SpanProcessor):
                 self._dropped.clear()
                 self._tracked.clear()
                 self._holding.clear()  # the byte count is not read again once inert
+                self._unclaimed.clear()
                 self._ended_batches.clear()
                 self._evicted.clear()
                 self._lost_open.clear()
@@ -846,10 +852,7 @@ class GuardSpanProcessor(SpanProcessor):
             elif ref is None:
                 unfollowed = self._untracked_end(context, attributes, out)
                 if unfollowed is not None:
-                    # Its calls are unknown: an incomplete batch (overflow keeps it so).
-                    lost = _OpenBatch(unfollowed, context[_SPAN_ID])
-                    lost.overflow = True
-                    evaluation = self._end_batch(span, context, attributes, lost, out)
+                    evaluation = self._end_batch(span, context, attributes, unfollowed, out)
         if out:
             self._flush(out)
         if evaluation is not None:
@@ -857,47 +860,56 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _untracked_end(
         self, context: SpanContext, attributes: Mapping[str, Any], out: list[_Emission]
-    ) -> str | None:
-        """A span with a prompt ID ended that was not tracked; under the lock. Returns the
-        (bounded) prompt ID when the span is a batch span the guard did not follow.
+    ) -> _OpenBatch | None:
+        """A span with a prompt ID ended that was not tracked; under the lock. Returns the batch
+        to evaluate when the span is a batch span the guard did not follow.
 
         A prompt span whose record was lost to the span table's bound ends that record's
-        facts. A prompt or batch span that was not lost, but had no prompt ID at its start (a
+        facts. A prompt span that was not lost, but had no prompt ID at its start (a
         half-written hand-made span), is a ``missing_attribute`` diagnostic, unless it opts out
         (an off prompt has no telemetry).
 
-        A batch span the guard did not follow (its record pushed out of the span table, or no
-        prompt ID at its start) still settled a batch of its prompt, whose calls the guard does
-        not know: the caller evaluates it as an incomplete batch. Skipping it would let a reset
-        it held (a success of the candidate's tool, new input) go unseen, and the guard could
-        then remind or stop sooner than with full knowledge (docs/contract.md section 4: losing
-        state never widens what the guard may do)."""
+        A batch span is one when it ends (docs/contract.md section 3): one whose prompt ID was
+        set after its start is read with the section 3 calls that ended below it
+        (``_unclaimed``), as a tracked one; a replay, which sees the attributes from the
+        start, reads the same batch. A batch span whose record was pushed out of the span table
+        still settled a batch of its prompt, whose calls the guard does not all know: an
+        incomplete batch. Skipping it would let a reset it held (a success of the candidate's
+        tool, new input) go unseen, and the guard could then remind or stop sooner than with
+        full knowledge (docs/contract.md section 4: losing state never widens what the guard
+        may do)."""
         prompt_id = attributes.get(_PROMPT_ID)
         if not isinstance(prompt_id, str):
             return None
         key = bounded_id(prompt_id)
-        evicted = self._evicted.pop(context[_SPAN_ID], _KEPT) is not _KEPT
-        if attributes.get(_OPERATION_NAME) == _INVOKE_AGENT:
-            entry = self._lost_open.get(key)
-            if entry is not None:
-                # An untracked prompt span ended: one whose record was lost.
-                if entry[0] > 1:
-                    self._lost_open[key] = (entry[0] - 1, entry[1])
-                else:
-                    del self._lost_open[key]
-                    if key not in self._lives:
-                        # The ID's last open prompt span ended: as a tracked one's end.
-                        self._discard(key)
-                return None
-            if self._forgotten is not None and self._forgotten.end(key):
-                return None  # one whose facts went to the coarser table; its state stays
+        span_id = context[_SPAN_ID]
+        evicted = self._evicted.pop(span_id, _KEPT) is not _KEPT
+        if attributes.get(_OPERATION_NAME) != _INVOKE_AGENT:
+            if _BATCH_ADMITTED not in attributes:
+                return None  # a span that only names its prompt
+            batch = self._unclaimed.pop(span_id, None)
+            if batch is None:
+                batch = _OpenBatch(key, span_id)
+            batch.prompt_id = key
             if evicted:
-                return None
-        elif _BATCH_ADMITTED not in attributes:
-            return None  # a span that only names its prompt
+                batch.overflow = True  # the calls kept before it was pushed out are gone
+            return batch
+        entry = self._lost_open.get(key)
+        if entry is not None:
+            # An untracked prompt span ended: one whose record was lost.
+            if entry[0] > 1:
+                self._lost_open[key] = (entry[0] - 1, entry[1])
+            else:
+                del self._lost_open[key]
+                if key not in self._lives:
+                    # The ID's last open prompt span ended: as a tracked one's end.
+                    self._discard(key)
+            return None
+        if self._forgotten is not None and self._forgotten.end(key):
+            return None  # one whose facts went to the coarser table; its state stays
         if not evicted and not _opted_out(attributes) and not self._known_off(key):
             out.append(("diagnostic", "missing_attribute", key, context))
-        return None if attributes.get(_OPERATION_NAME) == _INVOKE_AGENT else key
+        return None
 
     def _end_tool(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> None:
         try:
@@ -912,7 +924,26 @@ class GuardSpanProcessor(SpanProcessor):
         # span ending at once resolve one way or the other: the call is kept, or it is late.
         with self._lock:
             batch = self._tracked.get(parent_id) if parent_id is not None else None
-            if type(batch) is _OpenBatch:
+            if type(batch) is not _OpenBatch:
+                batch = None
+                genai = True  # an inferred profile's tool call, or an orphan
+                if parent_id is None:
+                    pass
+                elif parent_id in self._ended_batches:
+                    owner = self._ended_batches[parent_id]
+                    if not self._known_off(owner):  # an opted-out prompt has no telemetry
+                        out = [("diagnostic", "late_span", owner, context)]
+                    genai = bool(self._genai_open)
+                elif (
+                    _TOOL_STATUS in attributes
+                    or _TOOL_TYPE in attributes
+                    or _TOOL_EXECUTION_STATUS in attributes
+                ):
+                    # A section 3 call below a span that may become a batch span when it ends.
+                    batch = self._unclaimed_batch(parent_id)
+            else:
+                genai = bool(self._genai_open)  # still a link of a watched trace
+            if batch is not None:
                 calls = batch.calls
                 if batch.overflow:
                     pass  # already incomplete and reported
@@ -936,20 +967,25 @@ class GuardSpanProcessor(SpanProcessor):
                         self._shed_call_data(out)
                 else:
                     batch.overflow = True  # incomplete; the calls kept so far stay for listeners
-                    if not self._batch_off(batch):  # an opted-out prompt has no telemetry
+                    # An opted-out prompt has no telemetry; an unclaimed batch no prompt yet.
+                    if batch.prompt_id and not self._batch_off(batch):
                         out = [("diagnostic", "batch_overflow", batch.prompt_id, context)]
-                genai = bool(self._genai_open)  # still a link of a watched trace
-            elif parent_id is not None and parent_id in self._ended_batches:
-                owner = self._ended_batches[parent_id]
-                if not self._known_off(owner):  # an opted-out prompt has no telemetry
-                    out = [("diagnostic", "late_span", owner, context)]
-                genai = bool(self._genai_open)
-            else:
-                genai = True  # an inferred profile's tool call, or an orphan
         if out:
             self._flush(out)
         if genai:
             self._inferred_end(span, attributes)
+
+    def _unclaimed_batch(self, span_id: int) -> _OpenBatch:
+        """The calls kept below an untracked span (under the lock); its prompt is unknown
+        (``""``) until it ends as a batch span. The oldest such span goes first past the span
+        table's bound: its batch, if it is one, is then incomplete."""
+        unclaimed = self._unclaimed
+        batch = unclaimed.get(span_id)
+        if batch is None:
+            batch = unclaimed[span_id] = _OpenBatch("", span_id)
+            if len(unclaimed) > self._max_tracked:
+                self._release(unclaimed.popitem(last=False)[1])
+        return batch
 
     def _shed_call_data(self, out: list[_Emission]) -> None:
         """Over the byte budget: the batches that have held call data longest give it up."""
@@ -961,8 +997,8 @@ class GuardSpanProcessor(SpanProcessor):
             # Its bytes are not read again: an overflowed batch never keeps another call, and
             # _release skips a batch without calls.
             victim.calls = []
-            # Counted as any drop, but an opted-out prompt is never named.
-            reported = None if self._batch_off(victim) else victim.prompt_id
+            # Counted as any drop, but an opted-out (or not yet known) prompt is never named.
+            reported = None if self._batch_off(victim) or not victim.prompt_id else victim.prompt_id
             out.append(("diagnostic", "batch_overflow", reported, None))
 
     def _release(self, batch: _OpenBatch) -> None:
