@@ -14,6 +14,7 @@ from test_replay_report import LOOP, record, spans_of, write_lines
 
 from otel_guard.cli import main
 from otel_guard.replay.report import verdict
+from otel_guard.replay.report_schema import REQUIRED_KEYS
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
 
@@ -159,7 +160,7 @@ def test_the_help_lists_the_modes_the_input_formats_and_the_exit_statuses(
                 or r["invariants"].update(stop_without_warning=0)
                 or r.pop("invariants")
             ),
-            None,
+            "invariants: missing",
         ),
         (lambda r: r.update(mode="turbo"), "mode: expected one of"),
         (lambda r: r["groups"][0].update(prompts=-1), "groups[0].prompts: expected a count"),
@@ -194,6 +195,81 @@ def test_merge_refuses_a_forged_report_in_one_line(
     empty = json.loads(out)  # the merge of what could be read: nothing
     assert (empty["spans"], empty["complete"]) == (0, False)
     assert empty["error"] == err.rstrip("\n")
+
+
+_COMMAND_KEYS = ("files", "error", "complete", "verdict")
+"""Keys the command adds to a replay's report, optional in a report read back."""
+
+
+def test_every_key_a_replay_report_has_is_required(report: dict[str, Any]) -> None:
+    # The schema follows the writer: a key the replay adds later is required too.
+    written = {key for key in report if key not in _COMMAND_KEYS}
+    assert set(REQUIRED_KEYS) == written and len(REQUIRED_KEYS) == len(written)
+
+
+def _mistyped(value: object) -> object:
+    """A value of another JSON type than ``value``."""
+    if isinstance(value, dict):
+        return []
+    if isinstance(value, list):
+        return {}
+    if isinstance(value, str):
+        return 5
+    return str(value)
+
+
+def _without(document: dict[str, Any]) -> dict[str, Any]:
+    """A merged report without what tells an incomplete merge apart."""
+    return {k: v for k, v in document.items() if k not in ("complete", "error", "verdict")}
+
+
+@pytest.mark.parametrize("key", REQUIRED_KEYS)
+@pytest.mark.parametrize("fault", ["deleted", "mistyped"])
+def test_merge_refuses_a_report_missing_or_mistyping_a_required_key_and_merges_the_others(
+    key: str,
+    fault: str,
+    report: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    good = _write(tmp_path / "good.json", report)
+    code, alone, _ = _run(capsys, "merge", "--format", "json", good)
+    assert code == 0
+    broken = dict(report)
+    if fault == "deleted":
+        del broken[key]
+    else:
+        broken[key] = _mistyped(report[key])
+    # Given first, so that a report taken for the first could not set the merge's settings.
+    bad = _write(tmp_path / f"{fault}-{key}.json", broken)
+    code, out, err = _run(capsys, "merge", "--format", "json", bad, good)
+    assert code == 1, err
+    assert err.startswith(f"{bad}: ") and key in err and err.count("\n") == 1, err
+    if fault == "deleted" and key not in ("mode", "decisions"):  # those have messages of their own
+        assert err == f"{bad}: {key}: missing (every replay report has it)\n"
+    merged = json.loads(out)
+    assert merged["error"] == err.rstrip("\n")
+    expected = json.loads(alone)
+    assert _without(merged) == _without(expected)
+
+
+@pytest.mark.parametrize("section", ["groups", "by_day"])
+def test_merge_refuses_a_group_or_day_missing_a_count(
+    section: str,
+    report: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if section == "groups":
+        del report["groups"][0]["spans"]
+        where = "groups[0].spans"
+    else:
+        day = next(iter(report["by_day"]))
+        del report["by_day"][day]["batches"]
+        where = f"by_day[{day}].batches"
+    path = _write(tmp_path / "r.json", report)
+    code, _, err = _run(capsys, "merge", path)
+    assert (code, err) == (1, f"{path}: {where}: missing (every replay report has it)\n")
 
 
 def test_merge_refuses_nan_and_infinity(

@@ -2,11 +2,13 @@
 
 A report is the output of ``otel-guard replay --format json`` (or of ``merge``); anything else,
 including a report edited by hand, is refused with one line naming the file and the first field
-that does not hold: counts are integers from 0 to :data:`COUNT_LIMIT` (no booleans, strings,
-floats or NaN), names are those of the closed sets the replay writes, lists and tables are no
-longer than the bounds the replay keeps, and the file is no larger than :data:`MAX_REPORT_BYTES`
-and nested no deeper than a report is. So a forged or damaged report cannot make a merged count
-wrong, a merge run out of memory, or the command end in a traceback.
+that does not hold: every key the replay's report writer always writes is there (a missing
+count would merge as 0, a missing setting would pass for another replay's), counts are integers
+from 0 to :data:`COUNT_LIMIT` (no booleans, strings, floats or NaN), names are those of the
+closed sets the replay writes, lists and tables are no longer than the bounds the replay keeps,
+and the file is no larger than :data:`MAX_REPORT_BYTES` and nested no deeper than a report is.
+So a forged or damaged report cannot make a merged count wrong, a merge run out of memory, or
+the command end in a traceback.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from otel_guard.replay.report import (
 )
 from otel_guard.spans.events import PROFILE_NAMES
 
-__all__ = ["COUNT_LIMIT", "MAX_REPORT_BYTES", "InvalidReport", "load_report", "validate_report"]
+__all__ = [
+    "COUNT_LIMIT",
+    "MAX_REPORT_BYTES",
+    "REQUIRED_KEYS",
+    "InvalidReport",
+    "load_report",
+    "validate_report",
+]
 
 COUNT_LIMIT: Final = 2**53
 """The largest count a report may carry: the largest integer every JSON reader keeps exact."""
@@ -52,6 +61,59 @@ _SWEEP_LIMIT: Final = 1000
 _DAY: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
 _HOUR: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:00Z")
 _DIGEST: Final = re.compile(r"[0-9a-f]{64}")
+
+
+_TALLY_COUNTS: Final = (
+    "spans",
+    "prompts",
+    "batches",
+    "prompts_would_warn",
+    "prompts_warned",
+    "prompts_would_stop",
+    "prompts_stopped",
+    "self_recovered_after_would_stop",
+)
+_TALLY_TABLES: Final = ("decisions", "reset_reasons", "saved")
+
+REQUIRED_KEYS: Final = (
+    "mode",
+    "threshold",
+    "batch_threshold",
+    "traces",
+    "duplicate_spans",
+    "skipped",
+    *_TALLY_COUNTS,
+    *_TALLY_TABLES,
+    "invariant_violations",
+    "invariants",
+    "diagnostics",
+    "bounds",
+    "profiles",
+    "genai_seen",
+    *SAMPLES,
+    "groups",
+    "by_day",
+    "timeline",
+)
+"""The keys every replay report has (``GuardReport.to_json`` writes them all, and ``merge``
+keeps them). Each is required: merging takes a missing count as 0 and a missing setting as
+another replay's, so a report without one would make the merge wrong without a word. The keys
+the command adds (``files``, ``error``, ``complete``, ``verdict``) stay optional: reports of
+older versions lack some of them, and :func:`~otel_guard.replay.report.is_complete` judges
+those by their ``error``."""
+
+_SWEEP_ROW_KEYS: Final = (
+    "threshold",
+    "batch_threshold",
+    "prompts",
+    "prompts_would_warn",
+    "prompts_warned",
+    "prompts_would_stop",
+    "prompts_stopped",
+    "self_recovered_after_would_stop",
+    "saved",
+)
+"""The keys of a sweep row (``GuardReport.sweep_row``), all printed by the text report."""
 
 
 class InvalidReport(ValueError):
@@ -91,54 +153,57 @@ def load_report(path: str) -> dict[str, Any]:
 def validate_report(document: object) -> None:
     """Raise :class:`InvalidReport` unless ``document`` has the shape and bounds of a report."""
     report = _object(document, "report")
-    if not isinstance(report.get("decisions"), dict):
+    if "decisions" not in report:  # not even a try: some other JSON
         raise InvalidReport("not a replay report (no decisions)")
     mode = report.get("mode")
     if mode not in _MODES:
         raise InvalidReport(f"mode: expected one of {', '.join(sorted(_MODES))}")
+    _require(report, REQUIRED_KEYS, "")
     for key in ("threshold", "batch_threshold"):
-        if key in report and (_count(report[key], key) < 1):
+        if _count(report[key], key) < 1:
             raise InvalidReport(f"{key}: expected a positive integer")
     for key in ("traces", "duplicate_spans", "invariant_violations"):
-        if key in report:
-            _count(report[key], key)
+        _count(report[key], key)
     _tally(report, "")
-    _counts(report.get("invariants", {}), "invariants", INVARIANTS)
-    _counts(report.get("bounds", {}), "bounds", BOUNDS)
-    _counts(report.get("profiles", {}), "profiles", PROFILE_NAMES)
-    _counts(report.get("genai_seen", {}), "genai_seen", GENAI_SEEN)
-    _counts(report.get("diagnostics", {}), "diagnostics", None)
-    _counts(report.get("skipped", {}), "skipped", None)
-    declared = report.get("invariant_violations")
-    if declared is not None and sum(report.get("invariants", {}).values()) != declared:
+    _counts(report["invariants"], "invariants", INVARIANTS)
+    _counts(report["bounds"], "bounds", BOUNDS)
+    _counts(report["profiles"], "profiles", PROFILE_NAMES)
+    _counts(report["genai_seen"], "genai_seen", GENAI_SEEN)
+    _counts(report["diagnostics"], "diagnostics", None)
+    _counts(report["skipped"], "skipped", None)
+    if sum(report["invariants"].values()) != report["invariant_violations"]:
         # Merging re-adds the named counts: a total without them would vanish from the merge.
         raise InvalidReport("invariant_violations: not the sum of invariants")
     for name in SAMPLES:
-        for index, entry in enumerate(_list(report.get(name, []), name, SAMPLE_LIMIT)):
+        for index, entry in enumerate(_list(report[name], name, SAMPLE_LIMIT)):
             _sample(entry, f"{name}[{index}]")
-    for index, group in enumerate(_list(report.get("groups", []), "groups", GROUP_LIMIT + 1)):
+    for index, group in enumerate(_list(report["groups"], "groups", GROUP_LIMIT + 1)):
         where = f"groups[{index}]"
         _group_names(_object(group, where), where)
+        _require(group, _TALLY_KEYS, where)
         _tally(group, where)
-    days = _object(report.get("by_day", {}), "by_day")
+    days = _object(report["by_day"], "by_day")
     if len(days) > DAY_LIMIT + 1:
         raise InvalidReport(f"by_day: more than {DAY_LIMIT + 1:,} days")
     for day, tally in days.items():
         if day != OTHER_DAY and not _DAY.fullmatch(day):
             raise InvalidReport(f"by_day: {day[:40]!r} is not a day (YYYY-MM-DD)")
-        _tally(_object(tally, f"by_day[{day}]"), f"by_day[{day}]")
-    timeline = _list(report.get("timeline", []), "timeline", TIMELINE_LIMIT)
+        where = f"by_day[{day}]"
+        _require(_object(tally, where), _TALLY_KEYS, where)
+        _tally(tally, where)
+    timeline = _list(report["timeline"], "timeline", TIMELINE_LIMIT)
     for index, bucket in enumerate(timeline):
         where = f"timeline[{index}]"
         _object(bucket, where)
         if not isinstance(bucket.get("hour"), str) or not _HOUR.fullmatch(bucket["hour"]):
             raise InvalidReport(f"{where}.hour: expected an hour (YYYY-MM-DDTHH:00Z)")
         _group_names(bucket, where)
-        _counts(bucket.get("decisions", {}), f"{where}.decisions", DECISION_VALUES)
+        _require(bucket, ("decisions",), where)
+        _counts(bucket["decisions"], f"{where}.decisions", DECISION_VALUES)
     if report.get("sweep") is not None:
         for index, row in enumerate(_list(report["sweep"], "sweep", _SWEEP_LIMIT)):
             where = f"sweep[{index}]"
-            _object(row, where)
+            _require(_object(row, where), _SWEEP_ROW_KEYS, where)
             for key in ("threshold", "batch_threshold"):
                 if _count(row.get(key), f"{where}.{key}") < 1:
                     raise InvalidReport(f"{where}.{key}: expected a positive integer")
@@ -201,16 +266,14 @@ def _counts(value: object, where: str, names: tuple[str, ...] | Mapping[str, str
         _count(count, f"{where}.{key}")
 
 
-_TALLY_COUNTS: Final = (
-    "spans",
-    "prompts",
-    "batches",
-    "prompts_would_warn",
-    "prompts_warned",
-    "prompts_would_stop",
-    "prompts_stopped",
-    "self_recovered_after_would_stop",
-)
+_TALLY_KEYS: Final = (*_TALLY_COUNTS, *_TALLY_TABLES)
+"""The keys of every tally: the report's totals, each group's and each day's."""
+
+
+def _require(entry: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
+    for key in keys:
+        if key not in entry:
+            raise InvalidReport(f"{_at(where, key)}: missing (every replay report has it)")
 
 
 def _tally(tally: Mapping[str, Any], where: str) -> None:
