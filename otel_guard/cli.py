@@ -550,6 +550,7 @@ def _merge(paths: Sequence[str], output_format: str, html: str | None, allow_emp
         merged["complete"] = False
     if left_out:
         merged["left_out"] = [*merged.get("left_out", []), *left_out]
+    _print_bounds(merged)  # as a replay of the whole input would
     return _output(merged, output_format, html, _gate(merged, allow_empty, ", ".join(paths)))
 
 

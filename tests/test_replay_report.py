@@ -375,7 +375,11 @@ def test_groups_beyond_the_bound_fold_into_other_with_exact_totals(
                 for scope in block["scopeSpans"]:
                     for span in scope["spans"]:
                         span["traceId"] = f"{version + 1:032x}"
-            out.write(json.dumps(document) + "\n")
+            # A prompt per version, so that the shards of --jobs share the groups out.
+            line = json.dumps(document).replace(
+                '{"stringValue": "p"}', f'{{"stringValue": "p{version}"}}'
+            )
+            out.write(line + "\n")
     code, report, err = cli_json(capsys, str(path))
     assert code == 0
     assert err == (
@@ -390,6 +394,14 @@ def test_groups_beyond_the_bound_fold_into_other_with_exact_totals(
     assert report["spans"] == (GROUP_LIMIT + 5) * len(spans)
     assert sum(g["spans"] for g in groups) == report["spans"]
     assert report["bounds"]["report_groups"] == 5
+    # The shards of --jobs name other groups (docs/design.md), but fold the timeline as their
+    # groups, as one process does: no decision under a group the report does not name.
+    for jobs in ("1", "2"):
+        code, report, _ = cli_json(capsys, "--jobs", jobs, str(path))
+        named = {g["service.version"] for g in report["groups"] if not g.get("other")}
+        timeline = report["timeline"]
+        assert {e["service.version"] for e in timeline if not e.get("other")} <= named
+        assert sum(sum(e["decisions"].values()) for e in timeline) == 3 * (GROUP_LIMIT + 5)
 
 
 # -- escaping ---------------------------------------------------------------------------------

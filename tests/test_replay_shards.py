@@ -14,10 +14,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_guard.cli import main
 from otel_guard.replay.otlp_json import encode_request
-from otel_guard.replay.report import merge_reports
+from otel_guard.replay.report import BOUNDS, merge_reports, render_text
 from otel_guard.replay.shards import replay_shard
 
 EDIT = Call(tool="edit", error_type="conflict")
+NOV_30 = 1_764_460_800 * 10**9  # 2025-11-30T00:00:00Z
 
 
 def write_prompts(path: Path, prompts: int, *, per_line: int = 9) -> Path:
@@ -296,3 +297,118 @@ def test_a_shard_describes_malformed_trace_ids_as_one_process_does(
     )
     for jobs in ("2", "3"):
         assert replay_status(capsys, "--jobs", jobs, str(broken)) == (code, one, err)
+
+
+HOUR = 3600 * 10**9
+
+
+def _failing_batch(index: int, start: int) -> list[dict[str, Any]]:
+    """One prompt of one batch with one failed call (decision ``tracked``): a batch span and its
+    tool span, as OTLP/JSON."""
+    trace = f"{index + 1:032x}"
+    batch, call = f"{2 * index + 1:016x}", f"{2 * index + 2:016x}"
+
+    def attribute(key: str, value: object) -> dict[str, Any]:
+        if isinstance(value, bool):
+            return {"key": key, "value": {"boolValue": value}}
+        if isinstance(value, int):
+            return {"key": key, "value": {"intValue": str(value)}}
+        return {"key": key, "value": {"stringValue": value}}
+
+    return [
+        {
+            "traceId": trace,
+            "spanId": call,
+            "parentSpanId": batch,
+            "name": "execute_tool run",
+            "kind": 1,
+            "startTimeUnixNano": str(start + 1000),
+            "endTimeUnixNano": str(start + 2000),
+            "attributes": [
+                attribute("gen_ai.operation.name", "execute_tool"),
+                attribute("gen_ai.tool.name", "run"),
+                attribute("gen_ai.tool.call.id", f"call-{index}"),
+                attribute("acp.tool.type", "native"),
+                attribute("acp.tool.status", "error"),
+                attribute("acp.tool.execution.status", "error"),
+                attribute("acp.tool.execution.error_type", "exit_nonzero"),
+            ],
+            "status": {"code": 2},
+        },
+        {
+            "traceId": trace,
+            "spanId": batch,
+            "name": "batch",
+            "kind": 1,
+            "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(start + 3000),
+            "attributes": [
+                attribute("acp.prompt.id", f"p{index}"),
+                attribute("acp.batch.admitted", 1),
+                attribute("acp.input.reliable", True),
+                attribute("acp.input.external", False),
+                attribute("acp.input.queued_prompt", False),
+            ],
+        },
+    ]
+
+
+@pytest.fixture(scope="module")
+def spread_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """20,100 prompts 4.5 hours apart: 20,100 hour buckets over 3,769 days, past both the
+    timeline's bound (20,000) and the days' (3,660); each line's prompts written latest first,
+    so that the days and hours read first are not always the earliest (the clock stays within a
+    line's three weeks, which every process replays alike)."""
+    order = [i for line in range(0, 20_100, 100) for i in reversed(range(line, line + 100))]
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "agent"}}]}
+    path = tmp_path_factory.mktemp("spread") / "spread.jsonl"
+    with open(path, "w", encoding="utf-8") as out:
+        for start in range(0, len(order), 100):
+            spans = [
+                span
+                for index in order[start : start + 100]
+                for span in _failing_batch(index, NOV_30 + index * 9 * HOUR // 2)
+            ]
+            block = {"resource": resource, "scopeSpans": [{"scope": {"name": "a"}, "spans": spans}]}
+            out.write(json.dumps({"resourceSpans": [block]}) + "\n")
+    return path
+
+
+def test_day_and_timeline_bounds_are_the_same_for_one_process_jobs_and_a_merge(
+    spread_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["replay", "--format", "json", str(spread_file)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    one = json.loads(captured.out)
+    assert one["prompts"] == 20_100 and one["decisions"]["tracked"] == 20_100
+    days = one["by_day"]
+    assert len(days) == 3_661 and min(days) == "2025-11-30"  # the earliest days, then "other"
+    assert one["bounds"]["report_days"] == days["other"]["spans"] + days["other"]["batches"] > 0
+    assert len(one["timeline"]) == 20_000 and one["timeline"][0]["hour"] == "2025-11-30T00:00Z"
+    assert one["bounds"]["timeline"] == 100
+    for name in ("report_days", "timeline"):
+        assert f"replay: {BOUNDS[name]}" in captured.err
+    assert "bounds hit" in render_text(one)
+
+    # Prompts that never end expire at the end of input on each process's own clock: the
+    # `expired` diagnostic may differ (docs/design.md, the limits of shards).
+    one.pop("diagnostics")
+    jobs = replay_json(capsys, "--jobs", "2", str(spread_file))
+    assert set(jobs.pop("diagnostics")) == {"expired"}
+    assert jobs == one
+    paths = []
+    for index in range(2):
+        document = replay_shard([str(spread_file)], "shadow", {}, index, 2).document
+        assert 0 < document["prompts"] < 20_100
+        document.update(files=[str(spread_file)], error=None, complete=True)
+        paths.append(str(tmp_path / f"shard-{index}.json"))
+        Path(paths[-1]).write_text(json.dumps(document), encoding="utf-8")
+    assert main(["merge", "--format", "json", *paths]) == 0
+    captured = capsys.readouterr()
+    merged = json.loads(captured.out)
+    assert merged.pop("files") == [str(spread_file)] * 2 and len(merged.pop("parts")) == 2
+    merged.pop("diagnostics")
+    assert merged == {k: v for k, v in one.items() if k != "files"}
+    for name in ("report_days", "timeline"):
+        assert f"replay: {BOUNDS[name]}" in captured.err

@@ -31,6 +31,7 @@ shards").
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import re
@@ -90,8 +91,10 @@ from otel_guard.replay.report import (
     SAMPLE_LIMIT,
     SAMPLES,
     TIMELINE_LIMIT,
+    add_counts,
     day_of,
     empty_tally,
+    group_order,
     hour_of,
     merge_reports,
     render_text,
@@ -153,6 +156,12 @@ _NANOS_PER_HOUR: Final = 3600 * 10**9
 
 Group = tuple[str | None, str | None]
 _OTHER: Final[Group] = ("\0other", "\0other")  # never a resource's value: the folded groups
+_Bucket = tuple[int, Group]
+"""A timeline bucket: the hour (since 1970) and the group."""
+
+
+def _first(entry: tuple[Any, Any]) -> Any:
+    return entry[0]
 
 
 def group_of(resource: Resource) -> Group:
@@ -243,6 +252,10 @@ class GuardReport:
         self.groups: dict[Group, dict[str, Any]] = {}
         self.days: dict[int, dict[str, Any]] = {}
         self.timeline: dict[tuple[int, Group], Counter[str]] = {}
+        # The days named and the timeline's buckets, in report order: the latest is the one to
+        # fold (a day) or leave out (a bucket) when an earlier one comes past the bound.
+        self._named_days: list[int] = []
+        self._buckets: list[tuple[tuple[int, tuple[bool, str, str, bool, bool]], _Bucket]] = []
         self.traces = 0
         self.duplicate_spans = 0
         self.skipped: Counter[str] = Counter()
@@ -287,15 +300,25 @@ class GuardReport:
         return cached[1], cached[2]
 
     def _day(self, time_ns: int) -> dict[str, Any]:
+        """The tally of a day: the earliest :data:`DAY_LIMIT` days are named, the rest counted
+        under day ``other`` (index -1); a day named until an earlier one came is folded there
+        (its counts add up), and is never named again, since the days named only get earlier."""
         index = time_ns // _NANOS_PER_DAY
         tally = self.days.get(index)
         if tally is None:
-            if len(self.days) >= DAY_LIMIT:
-                self.bounds["report_days"] += 1
-                index = -1  # the "other" day
-                tally = self.days.get(index)
-            if tally is None:
-                tally = self.days[index] = empty_tally()
+            named = self._named_days
+            if len(named) >= DAY_LIMIT:
+                if index > named[-1]:
+                    return self._other_day()
+                add_counts(self._other_day(), self.days.pop(named.pop()))
+            bisect.insort(named, index)
+            tally = self.days[index] = empty_tally()
+        return tally
+
+    def _other_day(self) -> dict[str, Any]:
+        tally = self.days.get(-1)
+        if tally is None:
+            tally = self.days[-1] = empty_tally()
         return tally
 
     def observe(self, evaluation: BatchEvaluation) -> None:
@@ -568,12 +591,20 @@ class GuardReport:
         return tally
 
     def _timeline(self, time_ns: int, group: Group, value: str) -> None:
-        key = (time_ns // _NANOS_PER_HOUR, group)
+        """Count a decision in its hour-and-group bucket: the earliest :data:`TIMELINE_LIMIT`
+        buckets (in report order) are kept, as for days; a later one's decisions are left out,
+        and counted as left out by the report (``bounds.timeline``)."""
+        hour = time_ns // _NANOS_PER_HOUR
+        key = (hour, group)
         counts = self.timeline.get(key)
         if counts is None:
-            if len(self.timeline) >= TIMELINE_LIMIT:
-                self.bounds["timeline"] += 1
-                return
+            order = (hour, group_order((True, None, None) if group == _OTHER else (False, *group)))
+            kept = self._buckets
+            if len(kept) >= TIMELINE_LIMIT:
+                if order > kept[-1][0]:
+                    return
+                del self.timeline[kept.pop()[1]]
+            bisect.insort(kept, (order, key), key=_first)
             counts = self.timeline[key] = Counter()
         counts[value] += 1
 

@@ -52,9 +52,11 @@ __all__ = [
     "TIMELINE_LIMIT",
     "ReportMismatch",
     "Verdict",
+    "add_counts",
     "day_of",
     "empty_tally",
     "false_stop_text",
+    "group_order",
     "hour_of",
     "inputs_text",
     "is_complete",
@@ -77,7 +79,10 @@ GROUP_LIMIT: Final = 1000
 """Environment/version groups reported by name; the rest are counted under one ``other`` group."""
 
 DAY_LIMIT: Final = 3660
-"""Days reported; spans and batches of later-seen days are counted under :data:`OTHER_DAY`."""
+"""Days reported: the earliest ones; spans and batches of later days are counted under
+:data:`OTHER_DAY`. The earliest, not the first read, so that the days named do not depend on
+how the input was split: shards keep each the earliest of theirs, which hold the earliest of all,
+and a merge names the same days as one process."""
 
 OTHER_DAY: Final = "other"
 
@@ -85,7 +90,8 @@ GENAI_SEEN: Final = ("prompts", "model_calls", "tool_calls", "orphan_tool_calls"
 """Keys of the report's ``genai_seen``: what the GenAI-conventions profile saw."""
 
 TIMELINE_LIMIT: Final = 20_000
-"""Hour-and-group buckets of the decision timeline (the HTML report's first plot)."""
+"""Hour-and-group buckets of the decision timeline (the HTML report's first plot): the earliest
+ones (by hour, then group), for the same reason as :data:`DAY_LIMIT`."""
 
 SAMPLE_LIMIT: Final = 100
 """Prompt IDs listed per sample (warned, would_stop, stopped), the earliest first."""
@@ -105,14 +111,22 @@ BOUNDS: Final[Mapping[str, str]] = {
     "open_traces": "a trace was replayed before its root: more traces open than the bound",
     "report_groups": "a resource was counted under group 'other': more environment/version "
     "groups than the bound",
-    "report_days": "a batch was counted under day 'other': more days than the bound",
-    "timeline": "a decision was left out of the timeline: more hour buckets than the bound",
+    "report_days": "spans and batches counted under day 'other' (later than the days named): "
+    "more days than the bound",
+    "timeline": "decisions left out of the timeline (later than the hour buckets kept): more "
+    "hour buckets than the bound",
     "prompt_ids": "a span's prompt or conversation ID was kept as its digest (its first 64 "
     "characters and SHA-256): longer than the bound",
     "replayed_traces": "spans of a trace came after it was replayed and forgotten (more traces "
     "replayed since than the bound): replayed apart from it, repeats among them again",
 }
-"""Bounds that keep a replay's memory independent of its input, by report key."""
+"""Bounds that keep a replay's memory independent of its input, by report key.
+
+``report_days`` and ``timeline`` are not counted as the replay goes but worked out from the report
+(:func:`merge_reports`): the spans and batches of day ``other``, and the decisions that no
+timeline bucket holds. So they are the same for one process, ``--jobs`` and a merge of shards,
+whose reports keep the same days and buckets; a count of the moments the bound was met would
+depend on how the input was split."""
 
 INVARIANTS: Final[Mapping[str, str]] = {
     "cancelled_counted": "cancelled calls counted as eligible failures",
@@ -192,8 +206,12 @@ def empty_tally() -> dict[str, Any]:
 _TALLY_KEYS: Final = tuple(empty_tally())
 
 
-def _add(into: dict[str, Any], other: Mapping[str, Any]) -> None:
+def add_counts(into: dict[str, Any], other: Mapping[str, Any]) -> None:
     """Add the counts of ``other`` into ``into``, key by key, nested dictionaries included."""
+    _add(into, other)
+
+
+def _add(into: dict[str, Any], other: Mapping[str, Any]) -> None:
     for key, value in other.items():
         if isinstance(value, Mapping):
             _add(into.setdefault(key, {}), value)
@@ -211,9 +229,13 @@ def _group_key(entry: Mapping[str, Any]) -> tuple[bool, str | None, str | None]:
     return (bool(entry.get("other")), entry.get(GROUP_KEYS[0]), entry.get(GROUP_KEYS[1]))
 
 
-def _group_order(key: tuple[bool, str | None, str | None]) -> tuple[bool, str, str, bool, bool]:
-    # Unset sorts before any value, and the "other" group last.
+def group_order(key: tuple[bool, str | None, str | None]) -> tuple[bool, str, str, bool, bool]:
+    """The order of groups in a report, by (folded into ``other``, environment, version): unset
+    sorts before any value, and the ``other`` group last."""
     return (key[0], key[1] or "", key[2] or "", key[1] is not None, key[2] is not None)
+
+
+_group_order = group_order
 
 
 def _sample_order(entry: Mapping[str, Any]) -> tuple[int, str]:
@@ -303,9 +325,15 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for name in SAMPLES:
         entries = [entry for document in documents for entry in document.get(name, [])]
         merged[name] = sorted(entries, key=_sample_order)[:SAMPLE_LIMIT]
-    merged["groups"] = _merge_groups(documents, bounds)
+    folded: set[tuple[bool, str | None, str | None]] = set()
+    merged["groups"] = _merge_groups(documents, bounds, folded)
     merged["by_day"] = _merge_days(documents)
-    merged["timeline"] = _merge_timeline(documents)
+    merged["timeline"] = _merge_timeline(documents, folded)
+    # Worked out from the merged report, not added up (see BOUNDS).
+    other_day = merged["by_day"].get(OTHER_DAY)
+    bounds["report_days"] = other_day["spans"] + other_day["batches"] if other_day else 0
+    in_timeline = sum(sum(entry["decisions"].values()) for entry in merged["timeline"])
+    bounds["timeline"] = max(0, sum(merged["decisions"].values()) - in_timeline)
     sweeps = [document["sweep"] for document in documents if document.get("sweep") is not None]
     if sweeps and sweeps_match(documents):
         merged["sweep"] = _merge_sweeps(sweeps)
@@ -323,8 +351,11 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _merge_groups(
-    documents: Sequence[Mapping[str, Any]], bounds: dict[str, int]
+    documents: Sequence[Mapping[str, Any]],
+    bounds: dict[str, int],
+    folded: set[tuple[bool, str | None, str | None]],
 ) -> list[dict[str, Any]]:
+    """The merged groups; ``folded`` receives those the merge folds into ``other``."""
     groups: dict[tuple[bool, str | None, str | None], dict[str, Any]] = {}
     for document in documents:
         for entry in document.get("groups", []):
@@ -337,6 +368,7 @@ def _merge_groups(
         other = groups.setdefault((True, None, None), empty_tally())
         for key in named[GROUP_LIMIT:]:
             _add(other, groups.pop(key))
+            folded.add(key)
             bounds["report_groups"] += 1
     entries = []
     for key in sorted(groups, key=_group_order):
@@ -361,11 +393,19 @@ def _merge_days(documents: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
     return {day: days[day] for day in sorted(days, key=lambda d: (d == OTHER_DAY, d))}
 
 
-def _merge_timeline(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _merge_timeline(
+    documents: Sequence[Mapping[str, Any]], folded: set[tuple[bool, str | None, str | None]]
+) -> list[dict[str, Any]]:
+    """The timeline of the merged report: the decisions of a group that the merge folded into
+    ``other`` are counted under ``other``, as one process counts them, and the earliest
+    :data:`TIMELINE_LIMIT` buckets are kept."""
     buckets: dict[tuple[str, tuple[bool, str | None, str | None]], dict[str, int]] = {}
     for document in documents:
         for entry in document.get("timeline", []):
-            key = (str(entry["hour"]), _group_key(entry))
+            group = _group_key(entry)
+            if group in folded:
+                group = (True, None, None)
+            key = (str(entry["hour"]), group)
             counts = buckets.setdefault(key, {value: 0 for value in DECISION_VALUES})
             _add(counts, entry.get("decisions", {}))
     entries = []
