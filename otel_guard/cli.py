@@ -41,6 +41,7 @@ from otel_guard.replay.recorded import ID_CHARS_LIMIT
 from otel_guard.replay.replayer import (
     DEFAULT_MAX_OPEN_TRACES,
     DEFAULT_MAX_TRACE_SPANS,
+    DEFAULT_REORDER_WINDOW,
     REMEMBERED_TRACES,
     SWEEP_THRESHOLDS,
     Replayer,
@@ -444,6 +445,7 @@ _BOUND_VALUES = {
     "timeline": TIMELINE_LIMIT,
     "prompt_ids": ID_CHARS_LIMIT,
     "replayed_traces": REMEMBERED_TRACES,
+    "late_spans": DEFAULT_REORDER_WINDOW,
 }
 
 

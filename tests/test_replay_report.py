@@ -16,8 +16,8 @@ from opentelemetry.trace import set_span_in_context
 from otel_guard import reducer
 from otel_guard.cli import main
 from otel_guard.replay.otlp_json import encode_request, parse_request
-from otel_guard.replay.replayer import SWEEP_THRESHOLDS, Replayer
-from otel_guard.replay.report import GROUP_LIMIT, merge_reports, render_text
+from otel_guard.replay.replayer import DEFAULT_REORDER_WINDOW, SWEEP_THRESHOLDS, Replayer
+from otel_guard.replay.report import BOUNDS, GROUP_LIMIT, merge_reports, render_text
 
 DAY = 24 * 3600 * 10**9
 NOV_30 = 1_764_460_800 * 10**9  # 2025-11-30T00:00:00Z
@@ -358,6 +358,53 @@ def test_a_trace_beyond_the_span_bound_is_replayed_in_parts_and_says_so(
     code, document, err = cli_json(capsys, "--allow-empty", path)
     assert (code, document["bounds"]["trace_spans"]) == (0, 0)
     assert "replay:" not in err  # no bound line (these plain spans only say no prompt is readable)
+
+
+def _split_by_traffic(path: Path, other_spans: int) -> tuple[Path, int]:
+    """A prompt's trace whose root is written first and the rest after ``other_spans`` spans of
+    other traces (a turn that outlived the request that started it); the spans written after."""
+    spans = spans_of(record({"p": LOOP}))
+    roots = [span for span in spans if span.parent is None]
+    rest = [span for span in spans if span.parent is not None]
+    assert len(roots) == 1 and rest
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(json.dumps(encode_request(roots)) + "\n")
+        for first in range(0, other_spans, 1000):
+            other = [
+                {
+                    "traceId": f"{i + 1:032x}",
+                    "spanId": f"{i + 1:016x}",
+                    "name": "GET /health",
+                    "kind": 2,
+                    "startTimeUnixNano": str(NOV_30 + i),
+                    "endTimeUnixNano": str(NOV_30 + i + 1),
+                }
+                for i in range(first, min(first + 1000, other_spans))
+            ]
+            block = {"resource": {}, "scopeSpans": [{"scope": {"name": "a"}, "spans": other}]}
+            out.write(json.dumps({"resourceSpans": [block]}) + "\n")
+        out.write(json.dumps(encode_request(rest)) + "\n")
+    return path, len(rest)
+
+
+def test_spans_that_come_after_their_trace_left_the_reorder_window_are_counted_and_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    late, count = _split_by_traffic(tmp_path / "late.jsonl", DEFAULT_REORDER_WINDOW + 1)
+    code, report, err = cli_json(capsys, str(late))
+    assert code == 0  # read completely: a bound does not change the status (docs/contract.md)
+    assert report["bounds"]["late_spans"] == count
+    assert {name for name, n in report["bounds"].items() if n} == {"late_spans"}
+    assert err == (
+        f"replay: {BOUNDS['late_spans']} ({DEFAULT_REORDER_WINDOW:,}), {count:,} times\n"
+    )
+    assert f"  {count:>6}  {BOUNDS['late_spans']}" in render_text(report)
+    code, jobs, _ = cli_json(capsys, "--jobs", "2", str(late))
+    assert jobs == report
+
+    clean, _ = _split_by_traffic(tmp_path / "clean.jsonl", DEFAULT_REORDER_WINDOW - 10)
+    code, report, err = cli_json(capsys, str(clean))
+    assert (code, err, report["bounds"]["late_spans"]) == (0, "", 0)
 
 
 def test_groups_beyond_the_bound_fold_into_other_with_exact_totals(

@@ -794,7 +794,7 @@ _Buffered = tuple[ReadableSpan, int | None, int | None, int, int, bool]
 
 
 class _Trace:
-    __slots__ = ("duplicates", "model_calls", "spans", "start")
+    __slots__ = ("duplicates", "late", "model_calls", "spans", "start")
 
     def __init__(self, start: int) -> None:
         # Span ID -> span, in the order read: the replay's tie-break, and the parent look-up.
@@ -802,6 +802,7 @@ class _Trace:
         self.start = start  # the earliest start time read
         self.duplicates: list[tuple[Resource, int]] = []  # spans read again: resource, start
         self.model_calls: list[ReadableSpan] = []  # its model-call spans, in the order read
+        self.late = False  # a part read after the trace was replayed (the late_spans bound)
 
     def spans_read(self) -> Iterator[ReadableSpan]:
         return (buffered[0] for buffered in self.spans.values())
@@ -960,6 +961,9 @@ class Replayer:
         # Recently replayed traces: whether this replayer owned them, and their span IDs.
         self._replayed: OrderedDict[int, tuple[bool, set[int]]] = OrderedDict()
         self._remembered = 0
+        # Those of them replayed in parts at a bound (trace_spans, open_traces), whose later
+        # spans that bound has counted already: not late for the window.
+        self._cut: set[int] = set()
         # Traces this replayer owned, replayed and then forgotten: a fixed-size filter, so that
         # spans of one coming back (a file given twice, a trace exported in far-apart parts)
         # are said to be replayed apart (the replayed_traces bound), not silently.
@@ -1019,10 +1023,16 @@ class Replayer:
                     if len(traces) >= self._max_open:
                         self._replay(next(iter(traces)), bound="open_traces")
                     trace = traces[trace_id] = _Trace(start)
+                    # Its trace was replayed when its root's reorder window passed: this part
+                    # comes too late for it, and is replayed apart (a part cut at a bound is
+                    # that bound's). Only the owner of the trace counts its spans.
+                    trace.late = replayed is not None and replayed[0] and trace_id not in self._cut
                 buffered = trace.spans
                 if key in buffered:
                     trace.duplicates.append((span._resource, start))
                     continue
+                if trace.late:
+                    self.report.bounds["late_spans"] += 1
                 if start < trace.start:
                     trace.start = start
                 store = span._attributes
@@ -1142,6 +1152,7 @@ class Replayer:
         ):
             old_id, (old_owner, old_ids) = replayed.popitem(last=False)
             self._remembered -= len(old_ids)
+            self._cut.discard(old_id)
             if old_id == trace_id:
                 # Larger than the memory alone: keep where it went, forget its span IDs.
                 replayed[trace_id] = (old_owner, set())
@@ -1181,6 +1192,7 @@ class Replayer:
         report = self.report
         if bound is not None:
             report.bounds[bound] += 1
+            self._cut.add(trace_id)
         report.traces += 1
         # Spans are counted per run of one resource and UTC day (of the span's start): a
         # trace's spans usually share both.

@@ -119,6 +119,8 @@ BOUNDS: Final[Mapping[str, str]] = {
     "characters and SHA-256): longer than the bound",
     "replayed_traces": "spans of a trace came after it was replayed and forgotten (more traces "
     "replayed since than the bound): replayed apart from it, repeats among them again",
+    "late_spans": "spans came after their trace was replayed (more spans read since its root "
+    "than the reorder window): replayed apart from it, its decisions may differ",
 }
 """Bounds that keep a replay's memory independent of its input, by report key.
 
