@@ -13,7 +13,7 @@ import pytest
 from test_replay_report import LOOP, record, spans_of, write_lines
 
 from otel_guard.cli import main
-from otel_guard.replay.report import verdict
+from otel_guard.replay.report import unreadable, verdict
 from otel_guard.replay.report_schema import REQUIRED_KEYS
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-traces.jsonl"
@@ -526,3 +526,20 @@ def test_a_file_whose_prompts_are_all_opted_out_says_so_not_that_attributes_are_
         " (acp.prompt.id) are all opted out of the guard (acp.prompt.route other than"
         " interactive, or acp.prompt.channel true)\n"
     )
+
+
+def test_no_prompt_read_because_a_bound_dropped_it_names_the_bound() -> None:
+    # Prompts below one long-lived span wait for it; over the byte budget the trace is dropped
+    # (batch_overflow), and its tool calls were never "below no prompt".
+    document = {
+        "mode": "shadow",
+        "spans": 34_001,
+        "prompts": 0,
+        "diagnostics": {"batch_overflow": 1, "late_span": 0},
+        "genai_seen": {"prompts": 0, "tool_calls": 0, "orphan_tool_calls": 5962},
+    }
+    reason = unreadable(document)
+    assert reason is not None and reason.startswith("no prompt was read to its end")
+    assert "(batch_overflow 1)" in reason and "below a prompt" not in reason
+    document["diagnostics"] = {}
+    assert "none below a prompt" in (unreadable(document) or "")

@@ -210,20 +210,16 @@ _TALLY_KEYS: Final = tuple(empty_tally())
 
 def add_counts(into: dict[str, Any], other: Mapping[str, Any]) -> None:
     """Add the counts of ``other`` into ``into``, key by key, nested dictionaries included."""
-    _add(into, other)
-
-
-def _add(into: dict[str, Any], other: Mapping[str, Any]) -> None:
     for key, value in other.items():
         if isinstance(value, Mapping):
-            _add(into.setdefault(key, {}), value)
+            add_counts(into.setdefault(key, {}), value)
         elif type(value) is int:
             into[key] = into.get(key, 0) + value
 
 
 def _tally_of(entry: Mapping[str, Any]) -> dict[str, Any]:
     tally = empty_tally()
-    _add(tally, {key: entry[key] for key in _TALLY_KEYS if key in entry})
+    add_counts(tally, {key: entry[key] for key in _TALLY_KEYS if key in entry})
     return tally
 
 
@@ -235,9 +231,6 @@ def group_order(key: tuple[bool, str | None, str | None]) -> tuple[bool, str, st
     """The order of groups in a report, by (folded into ``other``, environment, version): unset
     sorts before any value, and the ``other`` group last."""
     return (key[0], key[1] or "", key[2] or "", key[1] is not None, key[2] is not None)
-
-
-_group_order = group_order
 
 
 def _sample_order(entry: Mapping[str, Any]) -> tuple[int, str]:
@@ -299,22 +292,22 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["duplicate_spans"] = sum(int(d.get("duplicate_spans", 0)) for d in documents)
     skipped = {signal: 0 for signal in SIGNALS}
     for document in documents:
-        _add(skipped, document.get("skipped", {}))
+        add_counts(skipped, document.get("skipped", {}))
     # The known signals in their order, then any other a newer reader counted, by name.
     merged["skipped"] = {
         signal: skipped[signal] for signal in (*SIGNALS, *sorted(set(skipped) - set(SIGNALS)))
     }
     total = empty_tally()
     for document in documents:
-        _add(total, _tally_of(document))
+        add_counts(total, _tally_of(document))
     merged.update(total)
     invariants = {name: 0 for name in INVARIANTS}
     diagnostics: dict[str, int] = {}
     bounds = {name: 0 for name in BOUNDS}
     for document in documents:
-        _add(invariants, document.get("invariants", {}))
-        _add(diagnostics, document.get("diagnostics", {}))
-        _add(bounds, document.get("bounds", {}))
+        add_counts(invariants, document.get("invariants", {}))
+        add_counts(diagnostics, document.get("diagnostics", {}))
+        add_counts(bounds, document.get("bounds", {}))
     merged["invariant_violations"] = sum(invariants.values())
     merged["invariants"] = invariants
     merged["diagnostics"] = dict(sorted(diagnostics.items()))
@@ -322,8 +315,8 @@ def merge_reports(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["profiles"] = dict.fromkeys(PROFILE_NAMES, 0)
     merged["genai_seen"] = dict.fromkeys(GENAI_SEEN, 0)
     for document in documents:
-        _add(merged["profiles"], document.get("profiles", {}))
-        _add(merged["genai_seen"], document.get("genai_seen", {}))
+        add_counts(merged["profiles"], document.get("profiles", {}))
+        add_counts(merged["genai_seen"], document.get("genai_seen", {}))
     for name in SAMPLES:
         entries = [entry for document in documents for entry in document.get(name, [])]
         merged[name] = sorted(entries, key=_sample_order)[:SAMPLE_LIMIT]
@@ -362,18 +355,18 @@ def _merge_groups(
     for document in documents:
         for entry in document.get("groups", []):
             key = _group_key(entry)
-            _add(groups.setdefault(key, empty_tally()), _tally_of(entry))
+            add_counts(groups.setdefault(key, empty_tally()), _tally_of(entry))
     named = [key for key in groups if not key[0]]
     if len(named) > GROUP_LIMIT:
         # Keep the busiest groups by name; the rest join "other".
-        named.sort(key=lambda k: (-groups[k]["spans"], _group_order(k)))
+        named.sort(key=lambda k: (-groups[k]["spans"], group_order(k)))
         other = groups.setdefault((True, None, None), empty_tally())
         for key in named[GROUP_LIMIT:]:
-            _add(other, groups.pop(key))
+            add_counts(other, groups.pop(key))
             folded.add(key)
             bounds["report_groups"] += 1
     entries = []
-    for key in sorted(groups, key=_group_order):
+    for key in sorted(groups, key=group_order):
         group: dict[str, Any] = {GROUP_KEYS[0]: key[1], GROUP_KEYS[1]: key[2]}
         if key[0]:
             group["other"] = True
@@ -386,12 +379,12 @@ def _merge_days(documents: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
     days: dict[str, dict[str, Any]] = {}
     for document in documents:
         for day, tally in document.get("by_day", {}).items():
-            _add(days.setdefault(day, empty_tally()), _tally_of(tally))
+            add_counts(days.setdefault(day, empty_tally()), _tally_of(tally))
     named = sorted(day for day in days if day != OTHER_DAY)
     if len(named) > DAY_LIMIT:
         other = days.setdefault(OTHER_DAY, empty_tally())
         for day in named[DAY_LIMIT:]:
-            _add(other, days.pop(day))
+            add_counts(other, days.pop(day))
     return {day: days[day] for day in sorted(days, key=lambda d: (d == OTHER_DAY, d))}
 
 
@@ -409,9 +402,9 @@ def _merge_timeline(
                 group = (True, None, None)
             key = (str(entry["hour"]), group)
             counts = buckets.setdefault(key, {value: 0 for value in DECISION_VALUES})
-            _add(counts, entry.get("decisions", {}))
+            add_counts(counts, entry.get("decisions", {}))
     entries = []
-    for hour, group in sorted(buckets, key=lambda k: (k[0], _group_order(k[1])))[:TIMELINE_LIMIT]:
+    for hour, group in sorted(buckets, key=lambda k: (k[0], group_order(k[1])))[:TIMELINE_LIMIT]:
         bucket: dict[str, Any] = {"hour": hour, GROUP_KEYS[0]: group[1], GROUP_KEYS[1]: group[2]}
         if group[0]:
             bucket["other"] = True
@@ -426,7 +419,7 @@ def _merge_sweeps(sweeps: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[st
         for row in sweep:
             key = (int(row["threshold"]), int(row["batch_threshold"]))
             merged = rows.setdefault(key, {"threshold": key[0], "batch_threshold": key[1]})
-            _add(
+            add_counts(
                 merged, {k: v for k, v in row.items() if k not in ("threshold", "batch_threshold")}
             )
     return [rows[key] for key in sorted(rows)]
@@ -509,6 +502,10 @@ def _sweep_lines(sweep: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+_DROPS: Final = ("batch_overflow", "evicted", "expired")
+"""Diagnostics of state the guard dropped at a bound: with no prompt read, the likely reason."""
+
+
 def unreadable(
     document: Mapping[str, Any], *, opted_out: int = 0, seen: Mapping[str, int] | None = None
 ) -> str | None:
@@ -523,6 +520,15 @@ def unreadable(
         return (
             f"the {opted_out} prompt(s) named (acp.prompt.id) are all opted out of the guard "
             "(acp.prompt.route other than interactive, or acp.prompt.channel true)"
+        )
+    diagnostics = document.get("diagnostics", {})
+    dropped = {name: diagnostics.get(name, 0) for name in _DROPS if diagnostics.get(name, 0)}
+    if dropped:
+        named = ", ".join(f"{name} {count}" for name, count in dropped.items())
+        return (
+            f"no prompt was read to its end: the guard's memory bounds dropped what it held "
+            f"({named}), as when one trace holds more tool-call data than the bound (prompts "
+            "below one long-lived span are decided when that span ends)"
         )
     if seen is None:
         seen = document.get("genai_seen", {})
