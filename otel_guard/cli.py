@@ -26,7 +26,9 @@ import contextlib
 import gc
 import importlib.util
 import json
+import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -63,6 +65,7 @@ from otel_guard.replay.report import (
     unreadable,
     verdict,
 )
+from otel_guard.replay.trace_input import MAX_EMPTY_FRAMES
 from otel_guard.spans.acp import opted_out
 from otel_guard.spans.attributes import PROMPT_ID
 from otel_guard.version import __version__
@@ -159,7 +162,9 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="replay in N processes, each owning a shard of the prompts; plain JSON-lines files "
-        "are decoded in byte ranges split among them, other input is read by each (default 1)",
+        "are decoded in byte ranges split among them, other input is read by each; '-', pipes "
+        "and other input that is not a regular file are first read once into a temporary file "
+        "(default 1)",
     )
     replay.add_argument(
         "--allow-empty",
@@ -421,20 +426,71 @@ def _replay_sharded(
     from otel_guard.replay.shards import replay_sharded
 
     census = _PromptCensus(mode, options)
-    if "-" not in files:
-        document, error, interrupted = replay_sharded(files, mode, options, jobs)
-        if not interrupted and (mode == "off" or not document["prompts"]) and document["spans"]:
-            census.read(files)
-        return document, error, interrupted, census
-    # Every process reads all input: standard input is read once, into a file they share.
-    with tempfile.NamedTemporaryFile(prefix="otel-guard-stdin-") as spool:
-        shutil.copyfileobj(sys.stdin.buffer, spool)
-        spool.flush()
-        named = [spool.name if path == "-" else path for path in files]
+    with contextlib.ExitStack() as spools:
+        # Every process reads all input (or its own byte ranges of it): a stream (standard
+        # input, a pipe, a FIFO, a character device) would give each process a part of it, so
+        # it is read once, into a file they share.
+        spooled = _spool_streams(files, spools)
+        named = [spooled.get(path, path) for path in files]
         document, error, interrupted = replay_sharded(named, mode, options, jobs)
         if not interrupted and (mode == "off" or not document["prompts"]) and document["spans"]:
             census.read(named)
-        return document, error, interrupted, census
+    for path, spool in spooled.items():
+        if error is not None and error.startswith(f"{spool}:"):
+            error = path + error[len(spool) :]  # the input as given, not the spool file
+    return document, error, interrupted, census
+
+
+def _is_stream(path: str) -> bool:
+    """Whether ``path`` is input that cannot be read twice: ``-``, or anything but a regular
+    file (a pipe, a FIFO, a socket, a character device such as ``/dev/stdin``)."""
+    if path == "-":
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False  # the replay names the input it cannot read
+
+
+def _spool_streams(files: Sequence[str], spools: contextlib.ExitStack) -> dict[str, str]:
+    """Copy each stream of ``files`` once into a temporary file (removed with ``spools``);
+    returns the temporary file of each. A stream that cannot be opened is left out, so that the
+    replay reports it as one process does."""
+    spooled: dict[str, str] = {}
+    for path in dict.fromkeys(files):
+        if not _is_stream(path):
+            continue
+        try:
+            source = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+        except OSError:
+            continue
+        # Removed when the replay is done and ``spools`` closes it.
+        spool = tempfile.NamedTemporaryFile(prefix="otel-guard-input-")  # noqa: SIM115
+        spools.enter_context(spool)
+        try:
+            _copy_stream(source, spool)
+        finally:
+            if path != "-":
+                source.close()
+        spool.flush()
+        spooled[path] = spool.name
+    return spooled
+
+
+_ZERO_HEAD: Final = 4 * (MAX_EMPTY_FRAMES + 1)
+"""Leading zero bytes that stop any reading: as many empty length prefixes as a reader takes
+before it judges the input not to be frames."""
+
+
+def _copy_stream(source: IO[bytes], spool: IO[bytes]) -> None:
+    """Copy ``source`` whole, except a stream that starts with zero bytes (``/dev/zero``):
+    its first :data:`_ZERO_HEAD` bytes give the replay the error one process gives, and it
+    would never end."""
+    head = source.read(_ZERO_HEAD)
+    spool.write(head)
+    if len(head) == _ZERO_HEAD and not head.strip(b"\0"):
+        return
+    shutil.copyfileobj(source, spool)
 
 
 _BOUND_VALUES = {

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +151,104 @@ def test_jobs_read_standard_input_once(prompts_file: Path) -> None:
     got = json.loads(piped.stdout)
     assert got.pop("files") == ["-"] and expected.pop("files") == [str(prompts_file)]
     assert got == expected
+
+
+@pytest.fixture(scope="module")
+def stream_inputs(prompts_file: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """The prompts file plain and gzip-compressed, each with its one-process report."""
+    compressed = prompts_file.with_name("prompts.jsonl.gz")
+    compressed.write_bytes(gzip.compress(prompts_file.read_bytes(), mtime=0))
+    inputs: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for name, path in (("plain", prompts_file), ("gzip", compressed)):
+        code, document, error = _replay_subprocess([str(path)])
+        assert code == 0, error
+        document.pop("files")
+        inputs[name] = (path, document)
+    return inputs
+
+
+def _replay_subprocess(argv: list[str], timeout: float = 60) -> tuple[int, dict[str, Any], str]:
+    """The CLI in a process of its own (and its replay processes in its session, stopped with
+    it if it hangs)."""
+    command = [sys.executable, "-m", "otel_guard", "replay", "--format", "json", *argv]
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            pytest.fail(f"replay {' '.join(argv)} still running after {timeout} s")
+    return process.returncode, json.loads(out), err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+@pytest.mark.parametrize("jobs", ["2", "3"])
+@pytest.mark.parametrize("kind", ["plain", "gzip"])
+def test_jobs_read_a_fifo_once(
+    stream_inputs: dict[str, tuple[Path, dict[str, Any]]], tmp_path: Path, kind: str, jobs: str
+) -> None:
+    """A FIFO named as a path is read once by the main process: each replay process opening it
+    would read a part of the stream, or wait for a writer that is gone."""
+    path, expected = stream_inputs[kind]
+    fifo = tmp_path / "traces.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as out:
+            out.write(path.read_bytes())
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    code, document, error = _replay_subprocess(["--jobs", jobs, str(fifo)])
+    writer.join(timeout=10)
+    assert code == 0, error
+    assert document.pop("files") == [str(fifo)]
+    assert document == expected
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd")
+@pytest.mark.parametrize("jobs", ["2", "3"])
+@pytest.mark.parametrize("kind", ["plain", "gzip"])
+def test_jobs_read_a_pipe_named_as_a_path_once(
+    stream_inputs: dict[str, tuple[Path, dict[str, Any]]],
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    jobs: str,
+) -> None:
+    """A pipe given as ``/dev/fd/N`` (as ``<(...)`` gives it) is read once, as ``-`` is."""
+    path, expected = stream_inputs[kind]
+    reading, writing = os.pipe()
+    try:
+        # The writer is a process of its own: its end of the pipe is not inherited by the
+        # replay's processes, so the stream ends when it is written.
+        with subprocess.Popen(["cat", str(path)], stdout=writing) as cat:
+            os.close(writing)
+            writing = -1
+            code, document, error = replay_status(capsys, "--jobs", jobs, f"/dev/fd/{reading}")
+    finally:
+        os.close(reading)
+        if writing != -1:
+            os.close(writing)
+    assert cat.returncode == 0
+    assert code == 0, error
+    assert document.pop("files") == [f"/dev/fd/{reading}"]
+    assert document == expected
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_jobs_stop_on_zero_bytes_as_one_process_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """A character device is read once too, and one that gives zeros forever is read only as
+    far as a replay reads it."""
+    one = replay_status(capsys, "/dev/zero")
+    assert one[0] == 1 and one[1]["error"].startswith("/dev/zero:65: not trace input")
+    assert replay_status(capsys, "--jobs", "2", "/dev/zero") == one
 
 
 def test_merge_writes_the_html_report_of_the_merged_shards(
