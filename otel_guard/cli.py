@@ -163,8 +163,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="replay in N processes, each owning a shard of the prompts; plain JSON-lines files "
         "are decoded in byte ranges split among them, other input is read by each; '-', pipes "
-        "and other input that is not a regular file are first read once into a temporary file "
-        "(default 1)",
+        "and other input that is not a regular file are first read once into a temporary file. "
+        "N is lowered, with a notice, to what the limit on open files allows (21 at "
+        "ulimit -n 1024) (default 1)",
     )
     replay.add_argument(
         "--allow-empty",
@@ -286,11 +287,22 @@ def _replay(args: argparse.Namespace) -> int:
         "batch_threshold": args.batch_threshold,
         "sweep": SWEEP_THRESHOLDS if args.sweep or args.html is not None else (),
     }
+    jobs = args.jobs
+    if jobs > 1:
+        from otel_guard.replay.shards import jobs_within_open_files
+
+        jobs = jobs_within_open_files(jobs)
+        if jobs < args.jobs:
+            print(
+                f"replay: --jobs {args.jobs} would open more files than ulimit -n allows:"
+                f" replaying in {jobs} process{'es' if jobs > 1 else ''}",
+                file=sys.stderr,
+            )
     with _bulk_collection():
-        if args.jobs > 1:
+        if jobs > 1:
             try:
                 document, error, interrupted, census = _replay_sharded(
-                    args.mode, options, args.files, args.jobs
+                    args.mode, options, args.files, jobs
                 )
             except KeyboardInterrupt:
                 # The processes were stopped before they reported: nothing to merge.

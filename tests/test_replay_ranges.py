@@ -6,6 +6,9 @@ import base64
 import gzip
 import itertools
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -431,3 +434,38 @@ def test_a_file_is_cut_into_ranges_of_about_one_mib_each_ending_after_a_newline(
     for piece in pieces[:-1]:
         assert shards.RANGE_BYTES <= piece.end - piece.start < shards.RANGE_BYTES + len(line)
     assert shards.RANGE_BYTES == 1024 * 1024
+
+
+def test_more_jobs_than_the_open_file_limit_allows_run_as_many_as_it_allows(
+    two_files: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Eight processes need more than 100 pipe ends at once; under a soft limit of 64 open files
+    the replay runs as many as fit, says how many, and reports as one process does."""
+    resource = pytest.importorskip("resource")
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = 64
+    if hard != resource.RLIM_INFINITY and hard < limit:
+        pytest.skip("the hard limit on open files is below the test's")
+    one = replay_json(capsys, *map(str, two_files))
+
+    def lower_the_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+    command = [sys.executable, "-m", "otel_guard", "replay", "--format", "json", "--jobs", "8"]
+    completed = subprocess.run(
+        [*command, *map(str, two_files)],
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=lower_the_limit,
+    )
+    assert "Traceback" not in completed.stderr
+    assert completed.returncode == 0, completed.stderr
+    notice = re.fullmatch(
+        r"replay: --jobs 8 would open more files than ulimit -n allows:"
+        r" replaying in (\d+) process(es)?\n",
+        completed.stderr,
+    )
+    assert notice is not None, completed.stderr
+    assert 1 <= int(notice.group(1)) < 8
+    assert json.loads(completed.stdout) == one

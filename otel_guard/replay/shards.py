@@ -65,6 +65,7 @@ __all__ = [
     "Piece",
     "RangeReplay",
     "ShardResult",
+    "jobs_within_open_files",
     "plan",
     "replay_ranges",
     "replay_shard",
@@ -811,6 +812,37 @@ def replay_ranges(
         tuple(outcome.cpu for outcome in outcomes),
         any(outcome.unread for outcome in outcomes),
     )
+
+
+_SPARE_FILES: Final = 16
+"""Open files left for what a process opens besides the pipes: its input, the spool of a stream,
+the interpreter's own."""
+
+
+def jobs_within_open_files(jobs: int) -> int:
+    """The most processes, up to ``jobs``, whose pipes fit within the soft limit on open files.
+
+    :func:`replay_ranges` opens a pipe for each ordered pair of processes, all at once: about
+    2N² + 2N descriptors in the main process (and in each process until it closes those of
+    others), so at the common limit of 1,024 more than 21 processes would fail to start. The
+    number is lowered rather than the limit raised: the limit is the operator's, and more
+    processes than that buy nothing on any machine where it is so low."""
+    try:
+        import resource
+    except ImportError:  # no such limit to respect (Windows)
+        return jobs
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return jobs
+    try:
+        used = len(os.listdir("/dev/fd"))
+    except OSError:
+        used = 3
+    spare = soft - used - _SPARE_FILES
+    allowed = jobs
+    while allowed > 1 and 2 * allowed * allowed + 2 * allowed + 2 > spare:
+        allowed -= 1
+    return allowed
 
 
 def _context() -> Any:
