@@ -244,17 +244,51 @@ def _demo(mode: str, out_path: str | None) -> int:
     # Imported here: the replay command does without the demo's sessions and producer.
     from otel_guard.demo import run_demo
 
+    stdout = _StdoutReader()
     if out_path is None:
-        run_demo(mode, sys.stdout)
+        run_demo(mode, stdout)
+        stdout.flush()
         return EXIT_OK
     try:
         with open(out_path, "w", encoding="utf-8") as stream:
-            run_demo(mode, sys.stdout, stream)
+            run_demo(mode, stdout, stream)
     except OSError as error:
+        # Only FILE's: standard output's errors end in ``stdout``.
         _warn(f"{out_path}: cannot write ({error.strerror or error})")
         return EXIT_INPUT
-    print(f"\nspans written to {printable(out_path)}", file=sys.stdout)
+    print(f"\nspans written to {printable(out_path)}", file=stdout)
+    stdout.flush()
     return EXIT_OK
+
+
+class _StdoutReader:
+    """Standard output for the demo's timeline, whose reader may go away (``| head``).
+
+    From then on what is printed is dropped and the demo runs on, so that ``--out`` still
+    receives every span and the status is the run's, as ``replay`` keeps its report's status
+    when the reader of the report went away."""
+
+    def __init__(self) -> None:
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                sys.stdout.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        self.gone = True
+        _silence_stdout()
 
 
 # Net new containers between young-generation passes. A replay keeps tens of thousands alive

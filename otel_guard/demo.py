@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -34,8 +34,11 @@ from otel_guard.integrations.producer import (
     ToolType,
     prompt_span,
 )
-from otel_guard.replay.otlp_json import OtlpJsonSpanExporter
+from otel_guard.replay.otlp_json import encode_line
 from otel_guard.replay.replayer import GuardPipeline, GuardReport
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["SESSIONS", "Call", "Session", "Turn", "run_demo"]
 
@@ -229,7 +232,7 @@ def _action_text(action: GuardAction | None, evaluation: BatchEvaluation | None)
     return ""
 
 
-def run_demo(mode: str, out: IO[str], spans_out: IO[str] | None = None) -> GuardReport:
+def run_demo(mode: str, out: SupportsWrite[str], spans_out: IO[str] | None = None) -> GuardReport:
     """Run every session in :data:`SESSIONS` with the guard in ``mode``; print the timeline.
 
     Returns the report (the same one ``replay`` computes). With ``spans_out``, every span is
@@ -289,12 +292,12 @@ def run_demo(mode: str, out: IO[str], spans_out: IO[str] | None = None) -> Guard
 
 
 def _write_by_trace(spans: Sequence[ReadableSpan], stream: IO[str]) -> None:
-    """One OTLP/JSON line per trace, traces in the order they finished."""
+    """One OTLP/JSON line per trace, traces in the order they finished; a write error raises
+    (an exporter would swallow it, and the file would be left short without a word)."""
     traces: dict[int, list[ReadableSpan]] = {}
     for span in spans:
         if span.context is not None:
             traces.setdefault(span.context.trace_id, []).append(span)
-    exporter = OtlpJsonSpanExporter(stream)
     for trace_spans in traces.values():
-        exporter.export(trace_spans)
-    exporter.force_flush()
+        stream.write(encode_line(trace_spans))
+    stream.flush()

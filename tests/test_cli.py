@@ -599,3 +599,64 @@ def test_spans_repeated_by_a_retried_export_are_counted_once(
         value: timeline_decisions(demo_output)[value] for value in DECISION_VALUES
     }
     assert (report["spans"], report["duplicate_spans"]) == (208, 104)
+
+
+def _replay_counts(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, Any]:
+    assert main(["replay", "--format", "json", str(path)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    return {key: document[key] for key in ("spans", "prompts", "batches", "decisions")}
+
+
+def test_demo_out_gets_every_span_when_the_reader_of_stdout_goes_away(
+    demo_files: dict[str, tuple[Path, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reader of the timeline that goes away (``| head``) is not a failure to write FILE:
+    FILE gets every span and the demo exits 0, quietly, as ``replay`` does."""
+    out = tmp_path / "spans.jsonl"
+    reading, writing = os.pipe()
+    os.close(reading)  # gone before the first line: every write to stdout breaks the pipe
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "otel_guard", "demo", "--out", str(out)],
+            stdout=writing,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(writing)
+    assert (completed.returncode, completed.stderr) == (0, "")
+    assert _replay_counts(capsys, out) == _replay_counts(capsys, demo_files["shadow"][0])
+
+
+def test_demo_out_names_the_file_when_the_file_cannot_be_written(tmp_path: Path) -> None:
+    """FILE's own write error still names FILE, whether or not stdout's reader is there."""
+    for stdout_gone in (False, True):
+        reading, writing = os.pipe()
+        os.close(reading)  # FILE is a pipe nobody reads
+        out = f"/dev/fd/{writing}"
+        stdout_reading, stdout_writing = os.pipe()
+        if stdout_gone:
+            os.close(stdout_reading)
+        try:
+            completed = subprocess.run(
+                [sys.executable, "-m", "otel_guard", "demo", "--out", out],
+                stdout=stdout_writing,
+                stderr=subprocess.PIPE,
+                text=True,
+                check=False,
+                pass_fds=(writing,),
+            )
+        finally:
+            os.close(writing)
+            os.close(stdout_writing)
+            if not stdout_gone:
+                os.close(stdout_reading)
+        assert completed.returncode == 1
+        assert completed.stderr == f"{out}: cannot write (Broken pipe)\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_demo_out_names_the_file_when_the_disk_is_full(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--out", "/dev/full"]) == 1
+    assert capsys.readouterr().err == "/dev/full: cannot write (No space left on device)\n"

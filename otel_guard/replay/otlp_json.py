@@ -70,6 +70,7 @@ __all__ = [
     "Router",
     "Skipped",
     "encode_document",
+    "encode_line",
     "encode_request",
     "id_number",
     "parse_json_request",
@@ -900,6 +901,12 @@ def encode_request(spans: Iterable[ReadableSpan]) -> dict[str, Any]:
     return {"resourceSpans": resource_spans}
 
 
+def encode_line(spans: Iterable[ReadableSpan]) -> str:
+    """One OTLP/JSON line (newline included) of ``spans``, as :class:`OtlpJsonSpanExporter`
+    writes it: for a writer that must see its own write errors, which an exporter swallows."""
+    return json.dumps(encode_request(spans), separators=(",", ":")) + "\n"
+
+
 class OtlpJsonSpanExporter(SpanExporter):
     """Writes each exported batch of spans as one OTLP/JSON line to a text stream.
 
@@ -916,7 +923,7 @@ class OtlpJsonSpanExporter(SpanExporter):
         if not spans:
             return SpanExportResult.SUCCESS
         try:
-            self._stream.write(json.dumps(encode_request(spans), separators=(",", ":")) + "\n")
+            self._stream.write(encode_line(spans))
         except (OSError, ValueError):
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
