@@ -25,6 +25,8 @@ from otel_guard.privacy.sensitive import (
     ERROR_TYPE_KEYS,
     GENAI_ALLOWED_KEYS,
     GENAI_MARKER_KEYS,
+    MCP_MARKER_KEYS,
+    MCP_SERVER_KEYS,
     MODEL_OPERATIONS,
     PSEUDONYMOUS_KEYS,
     SENSITIVE_KEY_PATTERNS,
@@ -473,3 +475,15 @@ def test_dashboard_filters_every_query_by_environment_and_version() -> None:
                 assert selector.group(0).replace(OLDER_ENVIRONMENT, NEWER_ENVIRONMENT) in (
                     expression
                 ), expression
+
+
+def test_mcp_calls_lose_the_host_that_names_their_server_before_the_markers_change(
+    otelcol: dict[str, Any],
+) -> None:
+    statements = groups(otelcol, "transform/genai", "trace_statements")["span"]["statements"]
+    markers = " or ".join(f'attributes["{key}"] != nil' for key in MCP_MARKER_KEYS)
+    deletions = [f'delete_key(attributes, "{key}") where {markers}' for key in MCP_SERVER_KEYS]
+    for deletion in deletions:
+        assert deletion in statements
+        first_rewrite = min(i for i, s in enumerate(statements) if s.startswith("set("))
+        assert statements.index(deletion) < first_rewrite

@@ -365,3 +365,34 @@ def test_ids_holding_json_become_pseudonyms_that_keep_equality() -> None:
     ids = [dict(s.attributes or {})["gen_ai.conversation.id"] for s in out.get_finished_spans()]
     assert ids[0] == ids[1] != ids[2]
     assert all(isinstance(i, str) and i.startswith("conv_") and "Cnry" not in i for i in ids)
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "mcp.method.name",
+        "mcp.protocol.version",
+        "mcp.resource.uri",
+        "mcp.server.name",
+        "mcp.session.id",
+    ],
+)
+def test_an_mcp_call_loses_the_host_that_names_its_server(marker: str) -> None:
+    # On a model call the host is the model endpoint; on an MCP call it names the MCP server.
+    out = InMemorySpanExporter()
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "server.address": "cnry-mcp-host.internal",
+        "server.port": 8443,
+        marker: "tools/call",
+    }
+    RedactingSpanExporter(out).export(
+        [ReadableSpan("tools/call cnry-mcp-host.internal", attributes=attributes)]
+    )  # type: ignore[arg-type]
+    (exported,) = out.get_finished_spans()
+    assert "server.address" not in (exported.attributes or {})
+    assert (exported.attributes or {})["server.port"] == 8443
+    assert "cnry" not in exported.name
+    chat = {"gen_ai.operation.name": "chat", "server.address": "api.example.com"}
+    RedactingSpanExporter(out).export([ReadableSpan("chat", attributes=chat)])  # type: ignore[arg-type]
+    assert (out.get_finished_spans()[-1].attributes or {})["server.address"] == "api.example.com"

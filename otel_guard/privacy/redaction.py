@@ -29,6 +29,8 @@ from otel_guard.privacy.sensitive import (
     CLASSIFIED_ERROR_TYPE,
     ERROR_TYPE_KEYS,
     GENAI_EVENT_NAMES,
+    MCP_MARKER_KEYS,
+    MCP_SERVER_KEYS,
     MODEL_OPERATIONS,
     OPENINFERENCE_SPAN_KINDS,
     PSEUDONYMOUS_KEYS,
@@ -284,6 +286,11 @@ class RedactingSpanExporter(SpanExporter):
         dropped: int,
     ) -> BoundedAttributes:
         kept = self._map(attributes or {}, genai, removed, 0)
+        if genai and attributes and any(key in attributes for key in MCP_MARKER_KEYS):
+            for key in MCP_SERVER_KEYS:
+                value = kept.pop(key, None)
+                if value is not None:
+                    _collect_strings(value, removed)
         bounded = BoundedAttributes(maxlen=None, attributes=kept, immutable=True)
         bounded.dropped = dropped
         return bounded

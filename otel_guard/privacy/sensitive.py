@@ -37,6 +37,8 @@ __all__ = [
     "GENAI_EVENT_NAMES",
     "GENAI_MARKER_KEYS",
     "GENAI_NAMESPACES",
+    "MCP_MARKER_KEYS",
+    "MCP_SERVER_KEYS",
     "MODEL_OPERATIONS",
     "OPENINFERENCE_SPAN_KINDS",
     "PSEUDONYMOUS_KEYS",
@@ -500,7 +502,9 @@ GENAI_ALLOWED_KEYS: Final[Mapping[str, AllowedKey]] = {
     _gen_ai.GEN_AI_TOKEN_TYPE: AllowedKey("word", _STRUCTURE),
     "gen_ai.embeddings.dimension.count": AllowedKey("count", "a count"),
     # Where the model call went: infrastructure, as on any client span.
-    "server.address": AllowedKey("word", "the model endpoint's host, infrastructure"),
+    "server.address": AllowedKey(
+        "word", "the model endpoint's host, infrastructure (not on MCP spans: MCP_SERVER_KEYS)"
+    ),
     "server.port": AllowedKey("count", "the model endpoint's port"),
     # MCP structure (the server name is pseudonymous, see PSEUDONYMOUS_KEYS).
     "mcp.method.name": AllowedKey("word", _STRUCTURE + " (tools/call, ...)"),
@@ -569,6 +573,21 @@ PSEUDONYMOUS_KEYS: Final[Mapping[str, str]] = {
 (``otel_guard.privacy.pseudonym``), with the pseudonym's prefix:
 equal names stay equal and different names stay different, so the guard's decisions (which only
 compare tool names) replay unchanged, and an MCP tool stays recognisable as one."""
+
+MCP_MARKER_KEYS: Final[tuple[str, ...]] = (
+    "mcp.method.name",
+    "mcp.protocol.version",
+    "mcp.resource.uri",
+    "mcp.server.name",
+    "mcp.session.id",
+)
+"""Keys that mark a span as an MCP client's call (the MCP semantic conventions, and the MCP
+server name some instrumentations add)."""
+
+MCP_SERVER_KEYS: Final[tuple[str, ...]] = ("server.address",)
+"""Allowed keys dropped from a span that carries an :data:`MCP_MARKER_KEYS` key: on a model
+call the host is the model endpoint, on an MCP call it names the MCP server, which never leaves
+(contract section 6)."""
 
 CLASSIFIED_ERROR_TYPE: Final = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 """A classified error type (the reducer's pattern, docs/contract.md section 2)."""
