@@ -187,6 +187,20 @@ def _record(
         prompt.end()
 
 
+def _raw_and_redacted(
+    key: bytes | None = None,
+) -> tuple[TracerProvider, InMemorySpanExporter, InMemorySpanExporter]:
+    """A provider exporting each span twice: as it is, and through the redacting exporter."""
+    raw = InMemorySpanExporter()
+    redacted = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(raw))
+    provider.add_span_processor(
+        SimpleSpanProcessor(RedactingSpanExporter(redacted, pseudonym_key=key))
+    )
+    return provider, raw, redacted
+
+
 def _replay(mode: str, spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     replayer = Replayer(mode)
     replayer.add(spans)
@@ -199,13 +213,7 @@ def _replay(mode: str, spans: Sequence[ReadableSpan]) -> dict[str, Any]:
 def test_generated_loops_replay_to_the_same_report_after_redaction(
     mode: str, sessions: list[Any], key: bytes | None
 ) -> None:
-    raw = InMemorySpanExporter()
-    redacted = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(raw))
-    provider.add_span_processor(
-        SimpleSpanProcessor(RedactingSpanExporter(redacted, pseudonym_key=key))
-    )
+    provider, raw, redacted = _raw_and_redacted(key)
     _record(provider.get_tracer("agent"), sessions)
     raw_spans, redacted_spans = raw.get_finished_spans(), redacted.get_finished_spans()
     # Redacted for real: no raw tool name, no arguments, no status text.
@@ -299,13 +307,7 @@ def test_openinference_loops_replay_to_the_same_report_after_redaction(
 ) -> None:
     """The OpenInference profile's tool name is exported as a pseudonym and its call IDs and
     session as identifiers the guard compares, so its decisions replay unchanged too."""
-    raw = InMemorySpanExporter()
-    redacted = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(raw))
-    provider.add_span_processor(
-        SimpleSpanProcessor(RedactingSpanExporter(redacted, pseudonym_key=key))
-    )
+    provider, raw, redacted = _raw_and_redacted(key)
     _record_openinference(
         provider.get_tracer("agent"),
         ["CnryToolZq"] * 3,

@@ -589,6 +589,19 @@ def test_the_worker_is_a_daemon_so_a_process_that_never_shuts_the_telemetry_down
     subprocess.run([sys.executable, "-c", script], check=True, timeout=30, env=environment)
 
 
+def _emitting_held(
+    telemetry: GuardTelemetry, holding: Holding
+) -> tuple[threading.Event, threading.Thread]:
+    """A flush on another thread, held inside the emission of a record ``held`` (the queue is
+    empty behind it); set the gate and join the thread to let it finish."""
+    gate = holding.hold("held")
+    telemetry.diagnostic("late_span", "held")
+    flusher = threading.Thread(target=telemetry.flush)
+    flusher.start()
+    assert holding.entered["held"].wait(timeout=30)
+    return gate, flusher
+
+
 def _observation_total(reader: InMemoryMetricReader) -> int:
     return sum(value for _, value in metric_points(reader, OBSERVATIONS_METRIC))
 
@@ -597,11 +610,7 @@ def test_observations_are_never_dropped_by_a_full_queue() -> None:
     # The SLI's denominator must not lose calls: past the queue's bound they are counted on the
     # caller's thread, while records are dropped (and said to be).
     telemetry, holding, _, reader = _held_pipeline(max_pending=1)
-    gate = holding.hold("held")
-    telemetry.diagnostic("late_span", "held")
-    flusher = threading.Thread(target=telemetry.flush)
-    flusher.start()
-    assert holding.entered["held"].wait(timeout=30)
+    gate, flusher = _emitting_held(telemetry, holding)
     success = Observation("c", "run_shell", "native", "success", "success", None, False)
     for _ in range(50):
         telemetry.observations([success, success])
@@ -618,11 +627,7 @@ def test_records_handed_over_together_pass_the_bound_or_are_dropped_together() -
     # One span's end hands over its records together: all of them while the queue is not full
     # (past its bound), none when it is; observations are counted either way.
     telemetry, holding, exporter, reader = _held_pipeline(max_pending=2)
-    gate = holding.hold("held")
-    telemetry.diagnostic("late_span", "held")
-    flusher = threading.Thread(target=telemetry.flush)
-    flusher.start()
-    assert holding.entered["held"].wait(timeout=30)
+    gate, flusher = _emitting_held(telemetry, holding)
     success = Observation("c", "run_shell", "native", "success", "success", None, False)
     burst = [telemetry.diagnostic_item("late_span", f"kept-{n}", None) for n in range(5)]
     telemetry.together([*burst, ("observations", [success])])  # the queue held nothing
