@@ -233,6 +233,21 @@ def test_rejected_approvals_and_unknown_tools_never_count() -> None:
     assert setup.decisions() == {}
 
 
+@pytest.mark.parametrize("arguments", ['{"command": 3}', "{not json", "{}", "[1]"])
+def test_arguments_that_fail_the_tools_schema_never_count(arguments: str) -> None:
+    # The SDK raises before the tool runs: a validation failure, however often it repeats.
+    def script(step: int) -> list[tuple[str, str]]:
+        return [("run_shell", arguments)] * 2 if step <= 4 else []
+
+    setup = Setup("enforce")
+    model = ScriptedModel(script)
+    result = setup.run(model)
+    assert result.final_output == "giving up"  # never stopped
+    assert model.reminders() == [False] * 5
+    assert {status for _, status, _ in setup.observations()} == {"not_started"}
+    assert "warned" not in setup.decisions() and "stopped" not in setup.decisions()
+
+
 def test_a_channel_prompt_is_never_guarded() -> None:
     setup = Setup("enforce", channel=True)
     model = ScriptedModel()

@@ -191,6 +191,20 @@ def test_denied_calls_and_unknown_tools_never_count() -> None:
     assert setup.decisions() == {} and not any(model.reminders())
 
 
+@pytest.mark.parametrize("arguments", ['{"command": 3}', "{}"])
+def test_input_that_fails_the_tools_schema_never_counts(arguments: str) -> None:
+    # Strands raises before the tool runs: a validation failure, however often it repeats.
+    def script(step: int) -> list[tuple[str, str]]:
+        return [("run_shell", arguments)] * 2 if step <= TURNS else []
+
+    setup = Setup("enforce")
+    model = ScriptedModel(script)
+    setup.run(model)
+    assert {o[1:] for o in setup.observations()} == {("not_started", None)}
+    assert len(setup.observations()) == 2 * TURNS
+    assert setup.decisions() == {} and not any(model.reminders())
+
+
 class ApproveShell(HookProvider):
     """A human approves each run_shell call through a Strands interrupt."""
 

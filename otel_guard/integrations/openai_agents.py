@@ -19,6 +19,9 @@ spans and evaluated in ``call_model_input_filter``, before the next model call:
   case; the SDK turns the exception into a message for the model and hands it to
   ``RunConfig.tool_error_formatter`` first, which is where the guard reads it (a formatter
   already in the base ``RunConfig`` still decides the message);
+* arguments the SDK cannot parse or that fail the tool's schema (it raises
+  ``ModelBehaviorError("Invalid JSON input for tool ...")`` before the tool runs) are a
+  validation failure, ``not_started``;
 * an approval rejection and a call to an unknown tool are ``not_started``; a cancelled call
   (the SDK answers it with its default failure message without calling the formatter) is
   ``cancelled``; a call of the response that never ran (the run ended first) is
@@ -67,7 +70,7 @@ from agents import (
     Tool,
     default_tool_error_function,
 )
-from agents.exceptions import MCPToolCancellationError
+from agents.exceptions import MCPToolCancellationError, ModelBehaviorError
 from agents.handoffs import Handoff, handoff
 from agents.items import ModelResponse, TResponseInputItem
 from agents.run_config import CallModelData, ModelInputData, ToolErrorFormatterArgs
@@ -391,12 +394,23 @@ class RepeatedToolFailureHooks(RunHooks[Any]):
                 return
             if args.error is None:
                 settle(call, "unknown")
+            elif _invalid_arguments(args.error):
+                settle(call, "not_started")  # the tool never ran: a validation failure
             else:
                 settle(call, "error", error_type_of(args.error))
         else:  # approval_rejected, tool_not_found: the tool never ran
             call = self._call(args.call_id, start=True)
             if call is not None:
                 settle(call, "not_started")
+
+
+_INVALID_ARGUMENTS = "Invalid JSON input for tool"
+"""How the SDK's argument parsing and schema validation begin their error, before the tool runs
+(the SDK itself tells these errors apart by this prefix)."""
+
+
+def _invalid_arguments(error: BaseException) -> bool:
+    return isinstance(error, ModelBehaviorError) and str(error).startswith(_INVALID_ARGUMENTS)
 
 
 def _tool_type(tool: object) -> ToolType:

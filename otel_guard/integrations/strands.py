@@ -19,7 +19,9 @@ it are one prompt, and the batch the interrupt split is evaluated once its last 
 result:
 
 * a tool that raises is an execution ``error`` typed by the exception's class in snake case
-  (Strands hands the exception to ``AfterToolCallEvent``);
+  (Strands hands the exception to ``AfterToolCallEvent``); input that fails a decorated tool's
+  schema (Strands raises ``ValueError("Validation failed for input parameters: ...")`` from
+  pydantic's ``ValidationError`` before the tool runs) is a validation failure, ``not_started``;
 * a call cancelled by a hook (``cancel_tool``, a permission denial) or naming an unknown tool is
   ``not_started``; a call of the message that never ran is ``not_started`` too; a result marked
   ``cancelled`` (a running call the agent cancelled) is ``cancelled``; an error result without an
@@ -51,6 +53,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
+from pydantic import ValidationError
 from strands.hooks import (
     AfterInvocationEvent,
     AfterToolCallEvent,
@@ -84,6 +87,18 @@ __all__ = ["RepeatedToolFailureHooks"]
 
 _logger = logging.getLogger(__name__)
 _SCOPE = "otel_guard.integrations.strands"
+
+
+_INVALID_INPUT = "Validation failed for input parameters"
+"""How a decorated tool's input validation begins its error, before the tool runs."""
+
+
+def _invalid_input(error: BaseException) -> bool:
+    return (
+        type(error) is ValueError
+        and str(error).startswith(_INVALID_INPUT)
+        and isinstance(error.__cause__, ValidationError)
+    )
 
 
 class RepeatedToolFailureHooks(HookProvider):
@@ -222,6 +237,8 @@ class RepeatedToolFailureHooks(HookProvider):
             cancel(call)  # cancelled while it ran (an MCP call the agent cancelled)
         elif event.cancel_message is not None or event.selected_tool is None:
             settle(call, "not_started")  # denied by a hook before it ran, or an unknown tool
+        elif event.exception is not None and _invalid_input(event.exception):
+            settle(call, "not_started")  # the tool never ran: a validation failure
         elif event.exception is not None:
             settle(call, "error", error_type_of(event.exception))
         elif event.result.get("status") == "error":
