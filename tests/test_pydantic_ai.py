@@ -542,6 +542,30 @@ def test_user_input_queued_while_a_batch_ran_resets_the_streak() -> None:
     assert setup.reset_reasons() == {"external_input": 1}
 
 
+@pytest.mark.parametrize("at", ["CallToolsNode", "ModelRequestNode"])
+def test_user_input_queued_between_batches_resets_the_streak_once(at: str) -> None:
+    # Queued while a batch's node runs, it is that batch's input drain; queued at the request
+    # that follows a settled batch, it reaches the model with that request, and the next batch
+    # settles with it. Either way once, never twice.
+    setup = Setup("shadow")
+    agent = setup.agent(ScriptedModel(always_failing(width=2)))
+
+    async def drive() -> None:
+        with pytest.raises(UnexpectedModelBehavior):
+            async with agent.iter("build it") as run:
+                seen = 0
+                async for node in run:
+                    if type(node).__name__ == at:
+                        seen += 1
+                        if seen == 2:
+                            run.enqueue(UserPromptPart("Try the release branch instead."))
+
+    asyncio.run(drive())
+    # (The run's end, at pydantic-ai's retry limit, may settle a last batch of its own way.)
+    assert setup.reset_reasons().get("external_input") == 1
+    assert sum(e.has_external_input for e in setup.evaluations) == 1
+
+
 def _instrumented(setup_mode: str) -> tuple[Setup, Agent[None, str], ScriptedModel]:
     """The capability beside pydantic-ai's own Instrumentation, on one exporting provider."""
     from pydantic_ai.capabilities.instrumentation import Instrumentation

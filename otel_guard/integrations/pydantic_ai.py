@@ -237,6 +237,11 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
         self._pending: dict[str, ToolCallPart] = {}
         self._calls: dict[str, ToolCall] = {}
         self._reminder_lost = False
+        # User prompt parts still queued when the last batch closed (counted then, as its input
+        # drain), and whether a batch of this run has closed: what arrives between batches is
+        # in the request before the next batch's response.
+        self._carried = 0
+        self._closed_any = False
 
     async def for_run(self, ctx: RunContext[Any]) -> RepeatedToolFailureGuard:
         """A fresh instance per run, so concurrent runs of one agent never share a batch."""
@@ -376,8 +381,13 @@ class RepeatedToolFailureGuard(AbstractCapability[Any]):
                     if call.execution_status is None:
                         call.settle("not_started")
                     call.finish()
-        # The pending-message queue is in process: reading it is always a reliable drain.
-        external = _has_external_input(ctx)
+        # The pending-message queue is in process: reading it is always a reliable drain. Input
+        # queued after the previous batch closed and drained into the request before this
+        # batch's response (``enqueue`` at that ModelRequestNode) is this drain's too.
+        queued = _queued_user_parts(ctx)
+        between = _user_parts_before(ctx.messages, self._response) if self._closed_any else 0
+        external = queued > 0 or between > self._carried
+        self._carried, self._closed_any = queued, True
         if batch.open_call_ids():
             batch.abandon(error, external=external, reliable=True)  # reset: incomplete
             return
@@ -503,13 +513,30 @@ def _response_calling(messages: Sequence[ModelMessage], call_id: str) -> ModelRe
     return None
 
 
-def _has_external_input(ctx: RunContext[Any]) -> bool:
-    """Whether user content was queued while the batch ran (``AgentRun.enqueue`` and the like)."""
+def _queued_user_parts(ctx: RunContext[Any]) -> int:
+    """User content queued into the run and not yet drained (``AgentRun.enqueue`` and the
+    like): the user prompt parts of the pending messages."""
     pending = ctx.pending_messages or []
-    return any(
+    return sum(
         isinstance(part, UserPromptPart)
         for message in pending
         for request in message.messages
         if isinstance(request, ModelRequest)
         for part in request.parts
     )
+
+
+def _user_parts_before(messages: Sequence[ModelMessage], response: ModelResponse | None) -> int:
+    """The user prompt parts of the requests between ``response`` and the response before it
+    in ``messages`` (0 when ``response`` is not there): what the model was told since the
+    previous batch besides that batch's tool results. The guard's reminder is not a user part."""
+    index = next((i for i, m in enumerate(messages) if m is response), None)
+    if index is None:
+        return 0
+    count = 0
+    for message in reversed(messages[:index]):
+        if isinstance(message, ModelResponse):
+            break
+        if isinstance(message, ModelRequest):
+            count += sum(isinstance(part, UserPromptPart) for part in message.parts)
+    return count
