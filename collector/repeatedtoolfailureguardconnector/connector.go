@@ -23,6 +23,11 @@ import (
 // replayed once (diagnostic duplicate_span) and a late part of a trace is told apart from it.
 const rememberedSpans = 1 << 16
 
+// Traces replayed recently are remembered by ID, so that a part of one that arrives after it was
+// replayed (more than wait after its last span) is counted once as a late_span diagnostic: it is
+// replayed on its own, and its decisions may differ from those of the whole trace.
+const rememberedTraces = 1 << 14
+
 // emitter sends what the guard produced to the next consumer of one signal.
 type emitter interface {
 	emit(ctx context.Context, out telemetry.Output, now time.Time) error
@@ -91,7 +96,10 @@ type guardConnector struct {
 	bytes     int
 	replayed  map[spanRef]struct{}
 	replayedQ []spanRef
-	pending   telemetry.Output
+	// Traces replayed recently, oldest first.
+	replayedTraces  map[pcommon.TraceID]struct{}
+	replayedTracesQ []pcommon.TraceID
+	pending         telemetry.Output
 
 	emitMu  sync.Mutex
 	stop    chan struct{}
@@ -114,8 +122,9 @@ func newConnector(set connector.Settings, cfg *Config, out emitter) (*guardConne
 			MaxPrompts:     cfg.MaxPrompts,
 			PromptTTLNanos: uint64(cfg.PromptTTL.Nanoseconds()),
 		}),
-		traces:   map[pcommon.TraceID]*bufferedTrace{},
-		replayed: map[spanRef]struct{}{},
+		traces:         map[pcommon.TraceID]*bufferedTrace{},
+		replayed:       map[spanRef]struct{}{},
+		replayedTraces: map[pcommon.TraceID]struct{}{},
 	}, nil
 }
 
@@ -202,6 +211,10 @@ func (c *guardConnector) add(s *spans.Span, now time.Time) {
 	if t == nil {
 		t = &bufferedTrace{id: s.TraceID, ids: map[pcommon.SpanID]bool{}, start: s.Start}
 		c.traces[s.TraceID] = t
+		if _, late := c.replayedTraces[s.TraceID]; late {
+			// A part of a trace already replayed: said once, when the part starts.
+			c.pending.Diagnostics = append(c.pending.Diagnostics, telemetry.Diagnostic{Resource: s.Resource, Name: telemetry.DiagLateSpan, TraceID: s.TraceID, SpanID: s.SpanID})
+		}
 	}
 	if t.ids[s.SpanID] {
 		c.pending.Diagnostics = append(c.pending.Diagnostics, telemetry.Diagnostic{Resource: s.Resource, Name: telemetry.DiagDuplicateSpan, TraceID: s.TraceID, SpanID: s.SpanID})
@@ -289,6 +302,17 @@ func (c *guardConnector) safeReplay(part []*spans.Span) (out telemetry.Output) {
 }
 
 func (c *guardConnector) remember(t *bufferedTrace) {
+	if _, known := c.replayedTraces[t.id]; !known {
+		c.replayedTraces[t.id] = struct{}{}
+		c.replayedTracesQ = append(c.replayedTracesQ, t.id)
+		if len(c.replayedTracesQ) > rememberedTraces {
+			delete(c.replayedTraces, c.replayedTracesQ[0])
+			c.replayedTracesQ = c.replayedTracesQ[1:]
+		}
+		if cap(c.replayedTracesQ) > 4*rememberedTraces {
+			c.replayedTracesQ = append([]pcommon.TraceID(nil), c.replayedTracesQ...)
+		}
+	}
 	for _, s := range t.spans {
 		ref := spanRef{s.TraceID, s.SpanID}
 		c.replayed[ref] = struct{}{}

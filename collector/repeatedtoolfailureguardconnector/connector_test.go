@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/connector/connectortest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -383,4 +384,49 @@ func TestConfigValidate(t *testing.T) {
 		_, err := NewFactory().CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
 		require.Error(t, err, name)
 	}
+}
+
+// A part of a trace that arrives after the trace was replayed (its wait window passed) is
+// replayed on its own and said once, as a late_span diagnostic; within the window it is not.
+func TestLatePartOfAReplayedTraceCounted(t *testing.T) {
+	requests := readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl"))
+	children, roots := ptrace.NewTraces(), ptrace.NewTraces()
+	traces := map[pcommon.TraceID]bool{}
+	for _, td := range requests {
+		rss := td.ResourceSpans()
+		for i := 0; i < rss.Len(); i++ {
+			for j := 0; j < rss.At(i).ScopeSpans().Len(); j++ {
+				ss := rss.At(i).ScopeSpans().At(j).Spans()
+				for k := 0; k < ss.Len(); k++ {
+					span := ss.At(k)
+					into := children
+					if span.ParentSpanID().IsEmpty() {
+						into, traces[span.TraceID()] = roots, true
+					}
+					rs := into.ResourceSpans().AppendEmpty()
+					rss.At(i).Resource().CopyTo(rs.Resource())
+					span.CopyTo(rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty())
+				}
+			}
+		}
+	}
+	ctx := context.Background()
+	late := func(gap time.Duration) int {
+		cfg := createDefaultConfig()
+		cfg.Wait = time.Minute
+		metrics := new(consumertest.MetricsSink)
+		c, err := NewFactory().CreateTracesToMetrics(ctx, connectortest.NewNopSettings(metadata.Type), cfg, metrics)
+		require.NoError(t, err)
+		gc := c.(*guardConnector)
+		now := time.Unix(1_800_000_000, 0)
+		gc.now = func() time.Time { return now }
+		require.NoError(t, c.ConsumeTraces(ctx, children))
+		now = now.Add(gap)
+		require.NoError(t, gc.flush(ctx, false))
+		require.NoError(t, c.ConsumeTraces(ctx, roots))
+		require.NoError(t, c.Shutdown(ctx))
+		return lastCounts(metrics.AllMetrics(), telemetry.DiagnosticsMetric, "diagnostic")[telemetry.DiagLateSpan]
+	}
+	require.Zero(t, late(30*time.Second))
+	require.Equal(t, len(traces), late(2*time.Minute)) // once per trace, however many spans
 }
