@@ -476,7 +476,7 @@ def _replay_sharded(
         # Every process reads all input (or its own byte ranges of it): a stream (standard
         # input, a pipe, a FIFO, a character device) would give each process a part of it, so
         # it is read once, into a file they share.
-        spooled = _spool_streams(files, spools)
+        spooled, spool_error = _spool_streams(files, spools)
         named = [spooled.get(path, path) for path in files]
         document, error, interrupted = replay_sharded(named, mode, options, jobs)
         if not interrupted and (mode == "off" or not document["prompts"]) and document["spans"]:
@@ -484,7 +484,7 @@ def _replay_sharded(
     for path, spool in spooled.items():
         if error is not None and error.startswith(f"{spool}:"):
             error = path + error[len(spool) :]  # the input as given, not the spool file
-    return document, error, interrupted, census
+    return document, spool_error or error, interrupted, census
 
 
 def _is_stream(path: str) -> bool:
@@ -498,11 +498,16 @@ def _is_stream(path: str) -> bool:
         return False  # the replay names the input it cannot read
 
 
-def _spool_streams(files: Sequence[str], spools: contextlib.ExitStack) -> dict[str, str]:
+def _spool_streams(
+    files: Sequence[str], spools: contextlib.ExitStack
+) -> tuple[dict[str, str], str | None]:
     """Copy each stream of ``files`` once into a temporary file (removed with ``spools``);
-    returns the temporary file of each. A stream that cannot be opened is left out, so that the
-    replay reports it as one process does."""
+    returns the temporary file of each, and what stopped a copy. A stream that cannot be opened
+    is left out, so that the replay reports it as one process does. A copy that fails midway (a
+    full disk, a read error) keeps what it copied: the replay reads that much, and the report
+    says the input was not read whole, in one line naming it."""
     spooled: dict[str, str] = {}
+    failed: str | None = None
     for path in dict.fromkeys(files):
         if not _is_stream(path):
             continue
@@ -511,16 +516,19 @@ def _spool_streams(files: Sequence[str], spools: contextlib.ExitStack) -> dict[s
         except OSError:
             continue
         # Removed when the replay is done and ``spools`` closes it.
-        spool = tempfile.NamedTemporaryFile(prefix="otel-guard-input-")  # noqa: SIM115
+        # Unbuffered: a write that fails leaves nothing behind to fail again at its close.
+        spool = tempfile.NamedTemporaryFile(prefix="otel-guard-input-", buffering=0)  # noqa: SIM115
         spools.enter_context(spool)
         try:
             _copy_stream(source, spool)
+            spool.flush()
+        except OSError as error:
+            failed = failed or f"{path}: cannot read it whole ({error.strerror or error})"
         finally:
             if path != "-":
                 source.close()
-        spool.flush()
         spooled[path] = spool.name
-    return spooled
+    return spooled, failed
 
 
 _ZERO_HEAD: Final = 4 * (MAX_EMPTY_FRAMES + 1)

@@ -242,6 +242,53 @@ def test_jobs_read_a_pipe_named_as_a_path_once(
     assert document == expected
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_stream_that_cannot_be_copied_whole_is_one_line_and_a_report(
+    prompts_file: Path, tmp_path: Path
+) -> None:
+    """With --jobs a stream is copied into a temporary file first: a copy that fails midway (a
+    full disk; here a limit on file size) is said in one line naming the input, and what was
+    copied is replayed and reported, as a file that cannot be read to its end."""
+    import resource
+
+    data = prompts_file.read_bytes()
+    limit = len(data) // 3
+    fifo = tmp_path / "traces.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as out:
+            out.write(data)
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    replay = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_guard",
+            "replay",
+            "--jobs",
+            "2",
+            "--format",
+            "json",
+            str(fifo),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=small_files,
+    )
+    writer.join(timeout=10)
+    assert replay.returncode == 1, replay.stderr
+    assert replay.stderr.splitlines() == [f"{fifo}: cannot read it whole (File too large)"]
+    report = json.loads(replay.stdout)
+    assert report["complete"] is False and report["spans"] > 0
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 def test_jobs_stop_on_zero_bytes_as_one_process_does(capsys: pytest.CaptureFixture[str]) -> None:
     """A character device is read once too, and one that gives zeros forever is read only as
