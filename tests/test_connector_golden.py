@@ -38,6 +38,7 @@ def test_golden_inputs_are_committed() -> None:
     for name, render in (
         ("genai-traces.jsonl", generator.render_genai),
         ("openinference-traces.jsonl", generator.render_openinference),
+        ("section3-traces.jsonl", generator.render_section_3),
     ):
         assert (TESTDATA / name).read_text(encoding="utf-8") == render(), (
             "run python tests/vectors/generate_connector_golden.py"

@@ -271,8 +271,9 @@ func (c *guardConnector) flush(ctx context.Context, all bool) error {
 	return c.send(ctx, out)
 }
 
-// replay runs traces through the guard, those ready together in the order they started (a
-// prompt whose batches are separate traces then still sees its batches in order); under mu.
+// replay runs traces through the guard, those ready together as one stream of events in the
+// order of their times (a prompt span and batch spans that are traces of their own are then
+// seen as a live process saw them; on a tie the earlier-started trace goes first); under mu.
 func (c *guardConnector) replay(ready []*bufferedTrace) telemetry.Output {
 	sort.SliceStable(ready, func(i, j int) bool {
 		if ready[i].start != ready[j].start {
@@ -282,23 +283,27 @@ func (c *guardConnector) replay(ready []*bufferedTrace) telemetry.Output {
 	})
 	out := c.pending
 	c.pending = telemetry.Output{}
+	parts := make([][]*spans.Span, len(ready))
+	for i, t := range ready {
+		parts[i] = t.spans
+	}
+	out.Append(c.safeReplay(parts))
 	for _, t := range ready {
-		out.Append(c.safeReplay(t.spans))
 		c.remember(t)
 	}
 	return out
 }
 
 // safeReplay never lets a malformed trace take the collector down: a panic in the guard is
-// an internal_error diagnostic, and the trace is skipped.
-func (c *guardConnector) safeReplay(part []*spans.Span) (out telemetry.Output) {
+// an internal_error diagnostic, and the traces replayed with it are skipped.
+func (c *guardConnector) safeReplay(parts [][]*spans.Span) (out telemetry.Output) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.logger.Debug("repeated_tool_failure_guard: internal error")
 			out = telemetry.Output{Diagnostics: []telemetry.Diagnostic{{Name: telemetry.DiagInternalError}}}
 		}
 	}()
-	return c.guard.Replay(part)
+	return c.guard.ReplayMany(parts)
 }
 
 func (c *guardConnector) remember(t *bufferedTrace) {

@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import heapq
 import re
 import time
 import zlib
@@ -791,6 +792,11 @@ class GuardPipeline:
 # start and end times, and whether the guard's on_start can matter for it, read once when it is
 # buffered.
 _Buffered = tuple[ReadableSpan, int | None, int | None, int, int, bool]
+_Event = tuple[int, int, int, int, ReadableSpan]
+"""A start or end event: time, whether an end, tie-break, index in its trace, the span."""
+_Prepared = tuple[list[_Event], dict[int, str], list[tuple[ReadableSpan, str, int]]]
+"""A trace ready to replay: its events in order, its section 3 prompts' model calls (by span
+object ID), and its inferred prompts' model calls."""
 
 
 class _Trace:
@@ -1084,12 +1090,22 @@ class Replayer:
         return self.report
 
     def _replay_in_start_order(self, trace_ids: Sequence[int]) -> None:
-        # Traces ready together go in the order they started: a prompt whose batches are
-        # separate traces then still sees its batches in order.
+        """Replay traces ready together as one stream of events, in the order of their times:
+        a section 3 prompt span and batch spans that are traces of their own (a host that
+        starts each batch span without a parent) are then seen as live, the prompt span's start
+        (and its opt-out) before its batches and its end after them. Trace by trace, even in the
+        order they started, the prompt span would start and end before its batches settled."""
         traces = self._traces
         started = {trace_id: traces[trace_id].start for trace_id in trace_ids if trace_id in traces}
-        for trace_id in sorted(started, key=started.__getitem__):
-            self._replay(trace_id)
+        order = sorted(started, key=started.__getitem__)
+        if _share_span_ids(traces[trace_id] for trace_id in order):
+            # Copies of one trace under other trace IDs (generated input): the guard tells open
+            # spans apart by span ID, as a process that makes them does, so these go one by one.
+            for trace_id in order:
+                self._replay(trace_id)
+            return
+        prepared = [self._prepare(trace_id) for trace_id in order]
+        self._feed([part for part in prepared if part is not None])
 
     # -- shards: the Router of the reader (otel_guard.replay.otlp_json) ---------------------------
 
@@ -1177,6 +1193,13 @@ class Replayer:
         return all(forgotten[bit >> 3] & (1 << (bit & 7)) for bit in self._filter_bits(trace_id))
 
     def _replay(self, trace_id: int, bound: str | None = None) -> None:
+        prepared = self._prepare(trace_id, bound)
+        if prepared is not None:
+            self._feed([prepared])
+
+    def _prepare(self, trace_id: int, bound: str | None = None) -> _Prepared | None:
+        """Count a trace's spans in the report and order its events; None when this replayer
+        does not replay it (another shard's, or replayed already)."""
         trace = self._traces.pop(trace_id, None)
         if trace is None:
             decided = self._decided.pop(trace_id, None)
@@ -1184,11 +1207,11 @@ class Replayer:
                 # A trace of another shard, none of whose spans was built: a later part of it
                 # goes there too.
                 self._remember(trace_id, decided, ())
-            return  # already replayed (a second root, or a bound)
+            return None  # already replayed (a second root, or a bound)
         owner = self._owns(trace_id, trace)
         self._remember(trace_id, owner, trace.spans)
         if not owner:
-            return
+            return None
         report = self.report
         if bound is not None:
             report.bounds[bound] += 1
@@ -1228,6 +1251,30 @@ class Replayer:
                     inferred_calls.append((record, *found))
                 else:
                     model_calls[id(record)] = found[0]
+        return events, model_calls, inferred_calls
+
+    def _feed(self, prepared: Sequence[_Prepared]) -> None:
+        """Run the events of prepared traces through every pipeline, merged by time when there
+        are several (each trace's own order kept, and the earlier-started trace first on a tie)."""
+        if not prepared:
+            return
+        if len(prepared) == 1:
+            events, model_calls, inferred_calls = prepared[0]
+        else:
+            model_calls = {}
+            inferred_calls = []
+            for _, calls, inferred in prepared:
+                model_calls.update(calls)
+                inferred_calls.extend(inferred)
+            events = [
+                (event[0], event[1], event[2], event[4], event[5])
+                for event in heapq.merge(
+                    *(
+                        [(*event[:3], order, *event[3:]) for event in part[0]]
+                        for order, part in enumerate(prepared)
+                    )
+                )
+            ]
         for pipeline in self._pipelines:
             # on_start reads only what a ReadableSpan has: context, parent and attributes.
             on_start = cast(Callable[[ReadableSpan], None], pipeline.guard.on_start)
@@ -1245,6 +1292,18 @@ class Replayer:
                     on_start(span)
             for record, prompt, serial in inferred_calls:
                 observe_model_call(prompt, record, serial)
+
+
+def _share_span_ids(traces: Iterable[_Trace]) -> bool:
+    """Whether two of ``traces`` hold a span with the same span ID."""
+    seen: set[int] = set()
+    count = 0
+    for trace in traces:
+        seen.update(trace.spans)
+        count += len(trace.spans)
+        if len(seen) < count:
+            return True
+    return False
 
 
 def _root_orphans(by_id: Mapping[int, _Buffered], replayed: set[int]) -> None:

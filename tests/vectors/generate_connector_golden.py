@@ -11,6 +11,9 @@ Run as a script (``python tests/vectors/generate_connector_golden.py``). It writ
   and span-ID prompt IDs, a root chain as the prompt with agent spans nested in it, error types
   from ``error.type`` and from exception events, free text, tools below an ended model call, and
   an integration's section 3 spans below a node span, handed over;
+* ``section3-traces.jsonl``: section 3 prompts whose batch spans are traces of their own (a host
+  that starts each batch span without a parent): an opted-out prompt, a guarded one, a prompt
+  span that ended before its batches, and two prompt spans open at once with one ID;
 * ``expected.json``: what ``otel-guard replay --format json`` reports for each of them.
 
 The Go test ``TestDecisionCountsEqualReplay`` asserts the connector's decision counts equal these;
@@ -46,7 +49,12 @@ from otel_guard.replay.otlp_json import encode_request
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTDATA = ROOT / "collector" / "repeatedtoolfailureguardconnector" / "testdata"
-FILES = ("demo-traces.jsonl", "genai-traces.jsonl", "openinference-traces.jsonl")
+FILES = (
+    "demo-traces.jsonl",
+    "genai-traces.jsonl",
+    "openinference-traces.jsonl",
+    "section3-traces.jsonl",
+)
 BASE_NS = 1_764_633_600_000_000_000  # 2025-12-02T00:00:00Z
 MS = 1_000_000
 
@@ -409,6 +417,77 @@ def openinference_spans() -> list[ReadableSpan]:
     return list(exporter.get_finished_spans())
 
 
+def _root_batches(tracer: Tracer, clock: _Clock, prompt_id: str, rounds: int) -> None:
+    """``rounds`` batches of four failing calls, each batch span a trace of its own."""
+    for number in range(rounds):
+        batch = tracer.start_span(
+            "tool_batch",
+            context=set_span_in_context(NonRecordingSpan(SpanContext(0, 0, False))),
+            start_time=clock.tick(),
+            attributes={"acp.prompt.id": prompt_id, "acp.batch.admitted": 4},
+        )
+        for index in range(4):
+            tracer.start_span(
+                "execute_tool run_shell",
+                context=set_span_in_context(batch),
+                start_time=clock.tick(),
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "run_shell",
+                    "gen_ai.tool.call.id": f"{prompt_id}-{number}-{index}",
+                    "acp.tool.type": "native",
+                    "acp.tool.status": "error",
+                    "acp.tool.execution.status": "error",
+                    "acp.tool.execution.error_type": "child_process_error",
+                },
+            ).end(end_time=clock.tick(2))
+        batch.set_attribute("acp.input.reliable", True)
+        batch.end(end_time=clock.tick())
+
+
+def _prompt_span(tracer: Tracer, clock: _Clock, prompt_id: str, **attributes: Any) -> Span:
+    return tracer.start_span(
+        "invoke_agent",
+        context=set_span_in_context(NonRecordingSpan(SpanContext(0, 0, False))),
+        start_time=clock.tick(),
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "acp.prompt.id": prompt_id,
+            **attributes,
+        },
+    )
+
+
+def section_3_spans() -> list[ReadableSpan]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(
+        resource=Resource({"service.name": "section3-agent", "service.version": "0.4.0"}),
+        id_generator=_Counting(),
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("golden")
+    clock = _Clock()
+    # Opted out: its batches, exported before its prompt span, are never guarded.
+    cron = _prompt_span(tracer, clock, "cron-1", **{"acp.prompt.route": "cron"})
+    _root_batches(tracer, clock, "cron-1", 3)
+    cron.end(end_time=clock.tick())
+    # Guarded: tracked, then a reminder, then a stop (would_stop in shadow).
+    live = _prompt_span(tracer, clock, "live-1")
+    _root_batches(tracer, clock, "live-1", 3)
+    live.end(end_time=clock.tick())
+    # A prompt span that ended before its batches: they are a prompt of batch spans only.
+    _prompt_span(tracer, clock, "ended-1").end(end_time=clock.tick())
+    _root_batches(tracer, clock, "ended-1", 2)
+    # Two prompt spans open at once with one ID: a collision, enforcement disabled.
+    first = _prompt_span(tracer, clock, "dup-1")
+    second = _prompt_span(tracer, clock, "dup-1")
+    _root_batches(tracer, clock, "dup-1", 3)
+    second.end(end_time=clock.tick())
+    first.end(end_time=clock.tick())
+    provider.shutdown()
+    return list(exporter.get_finished_spans())
+
+
 def _render(spans: Sequence[ReadableSpan]) -> str:
     lines = []
     by_trace: dict[int, list[ReadableSpan]] = {}
@@ -444,6 +523,10 @@ def render_openinference() -> str:
     return _render(openinference_spans())
 
 
+def render_section_3() -> str:
+    return _render(section_3_spans())
+
+
 def render_expected() -> str:
     files = {name: replay_numbers(TESTDATA / name) for name in FILES}
     document = {
@@ -459,6 +542,7 @@ def main() -> int:
     shutil.copyfile(ROOT / "examples" / "demo-traces.jsonl", TESTDATA / "demo-traces.jsonl")
     (TESTDATA / "genai-traces.jsonl").write_text(render_genai(), encoding="utf-8")
     (TESTDATA / "openinference-traces.jsonl").write_text(render_openinference(), encoding="utf-8")
+    (TESTDATA / "section3-traces.jsonl").write_text(render_section_3(), encoding="utf-8")
     (TESTDATA / "expected.json").write_text(render_expected(), encoding="utf-8")
     print(f"wrote {', '.join(FILES)} and expected.json in {TESTDATA.relative_to(ROOT)}")
     return 0

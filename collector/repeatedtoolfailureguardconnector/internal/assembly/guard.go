@@ -15,6 +15,7 @@
 package assembly // import "github.com/otel-guard/otel-guard/collector/repeatedtoolfailureguardconnector/internal/assembly"
 
 import (
+	"container/heap"
 	"sort"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -165,7 +166,52 @@ type trace struct {
 // Replay runs one trace part (its spans in the order read) through the guard and returns what
 // it emitted.
 func (g *Guard) Replay(part []*spans.Span) telemetry.Output {
+	return g.ReplayMany([][]*spans.Span{part})
+}
+
+// ReplayMany runs trace parts ready together as one stream of events, in the order of their
+// times (on a tie: starts before ends, by depth, then the earlier part first), and returns what
+// the guard emitted. A section 3 prompt span and batch spans that are traces of their own are
+// then seen as a live process saw them: the prompt span's start (and its opt-out) before its
+// batches, its end after them. Parts that share a span ID (copies of one trace under other
+// trace IDs) go one by one, in the order given, as the replay does.
+func (g *Guard) ReplayMany(parts [][]*spans.Span) telemetry.Output {
 	g.out = telemetry.Output{}
+	if len(parts) > 1 && shareSpanIDs(parts) {
+		for _, part := range parts {
+			t, events := g.prepare(part)
+			for i := range events {
+				g.step(t, events, i)
+			}
+		}
+	} else {
+		cursors := make(cursorHeap, 0, len(parts))
+		for order, part := range parts {
+			t, events := g.prepare(part)
+			if len(events) > 0 {
+				cursors = append(cursors, &cursor{t: t, events: events, order: order})
+			}
+		}
+		heap.Init(&cursors)
+		for len(cursors) > 0 {
+			c := cursors[0]
+			g.step(c.t, c.events, c.next)
+			c.next++
+			if c.next == len(c.events) {
+				heap.Pop(&cursors)
+			} else {
+				heap.Fix(&cursors, 0)
+			}
+		}
+	}
+	out := g.out
+	g.out = telemetry.Output{}
+	return out
+}
+
+// prepare reads one trace part: its spans by ID and kind, its events in order, and the lineage
+// of its inferred prompts.
+func (g *Guard) prepare(part []*spans.Span) (*trace, []Event) {
 	g.Spans += len(part)
 	t := &trace{
 		byID:       make(map[pcommon.SpanID]*spans.Span, len(part)),
@@ -196,20 +242,76 @@ func (g *Guard) Replay(part []*spans.Span) telemetry.Output {
 		}
 	}
 	g.lineage(t, part)
-	for i, ev := range events {
-		g.resource = ev.Span.Resource
-		if ev.IsEnd {
-			g.end(t, ev)
-			for _, p := range t.settleAt[i] {
-				g.settlePrompt(t, p, i, ev.Time)
+	return t, events
+}
+
+// step runs the i-th event of a trace part.
+func (g *Guard) step(t *trace, events []Event, i int) {
+	ev := events[i]
+	g.resource = ev.Span.Resource
+	if ev.IsEnd {
+		g.end(t, ev)
+		for _, p := range t.settleAt[i] {
+			g.settlePrompt(t, p, i, ev.Time)
+		}
+	} else {
+		g.start(t, ev)
+	}
+}
+
+// shareSpanIDs reports whether two parts hold a span with the same span ID.
+func shareSpanIDs(parts [][]*spans.Span) bool {
+	seen := map[pcommon.SpanID]int{}
+	for k, part := range parts {
+		for _, s := range part {
+			if s.SpanID.IsEmpty() {
+				continue
 			}
-		} else {
-			g.start(t, ev)
+			if owner, ok := seen[s.SpanID]; ok && owner != k {
+				return true
+			}
+			seen[s.SpanID] = k
 		}
 	}
-	out := g.out
-	g.out = telemetry.Output{}
-	return out
+	return false
+}
+
+// cursor is the next event of one trace part in a merged replay.
+type cursor struct {
+	t      *trace
+	events []Event
+	next   int
+	order  int
+}
+
+// cursorHeap orders parts by their next event: time, starts before ends, depth, then part.
+type cursorHeap []*cursor
+
+func (h cursorHeap) Len() int { return len(h) }
+
+func (h cursorHeap) Less(a, b int) bool {
+	x, y := &h[a].events[h[a].next], &h[b].events[h[b].next]
+	if x.Time != y.Time {
+		return x.Time < y.Time
+	}
+	if x.IsEnd != y.IsEnd {
+		return !x.IsEnd
+	}
+	if x.depth != y.depth {
+		return x.depth < y.depth
+	}
+	return h[a].order < h[b].order
+}
+
+func (h cursorHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+
+func (h *cursorHeap) Push(x any) { *h = append(*h, x.(*cursor)) }
+
+func (h *cursorHeap) Pop() any {
+	old := *h
+	last := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return last
 }
 
 func isInferredPrompt(k spans.Kind) bool { return k == spans.GenAIPrompt || k == spans.OIPrompt }
