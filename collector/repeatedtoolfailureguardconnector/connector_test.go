@@ -255,32 +255,25 @@ func TestResourceCarried(t *testing.T) {
 // arriving inside the window restarts it.
 func TestWaitWindowReleasesTraces(t *testing.T) {
 	requests := readOTLPJSON(t, filepath.Join("testdata", "demo-traces.jsonl"))
-	cfg := createDefaultConfig()
-	cfg.Wait = time.Minute
 	ctx := context.Background()
-	metrics := new(consumertest.MetricsSink)
-	c, err := NewFactory().CreateTracesToMetrics(ctx, connectortest.NewNopSettings(metadata.Type), cfg, metrics)
-	require.NoError(t, err)
-	gc := c.(*guardConnector)
-	now := time.Unix(1_800_000_000, 0)
-	gc.now = func() time.Time { return now }
+	gc, metrics, now := clockedConnector(t, time.Minute)
 	for _, td := range requests[:len(requests)-1] {
-		require.NoError(t, c.ConsumeTraces(ctx, td))
+		require.NoError(t, gc.ConsumeTraces(ctx, td))
 	}
-	now = now.Add(50 * time.Second)
-	require.NoError(t, c.ConsumeTraces(ctx, requests[len(requests)-1]))
-	now = now.Add(30 * time.Second) // 80 s after the first requests, 30 s after the last
+	*now = now.Add(50 * time.Second)
+	require.NoError(t, gc.ConsumeTraces(ctx, requests[len(requests)-1]))
+	*now = now.Add(30 * time.Second) // 80 s after the first requests, 30 s after the last
 	require.NoError(t, gc.flush(ctx, false))
 	released := len(gc.traces)
 	require.Positive(t, released, "the last request's traces are still inside their window")
 	require.NotEmpty(t, metrics.AllMetrics(), "the earlier traces were replayed")
-	now = now.Add(31 * time.Second)
+	*now = now.Add(31 * time.Second)
 	require.NoError(t, gc.flush(ctx, false))
 	require.Empty(t, gc.traces)
 	require.Zero(t, gc.bytes)
 	want := loadGolden(t)["demo-traces.jsonl"]
 	require.Equal(t, nonZero(want.Decisions), lastCounts(metrics.AllMetrics(), telemetry.DecisionsMetric, "decision"))
-	require.NoError(t, c.Shutdown(ctx))
+	require.NoError(t, gc.Shutdown(ctx))
 }
 
 // Past max_call_bytes the traces that waited longest are replayed at once: the buffer stays
@@ -307,18 +300,12 @@ func TestNoToolNamesInOutput(t *testing.T) {
 	requests := readOTLPJSON(t, filepath.Join("testdata", "genai-traces.jsonl"))
 	seen := false
 	for _, td := range requests {
-		rss := td.ResourceSpans()
-		for i := 0; i < rss.Len(); i++ {
-			for j := 0; j < rss.At(i).ScopeSpans().Len(); j++ {
-				ss := rss.At(i).ScopeSpans().At(j).Spans()
-				for k := 0; k < ss.Len(); k++ {
-					if v, ok := ss.At(k).Attributes().Get("gen_ai.tool.name"); ok && v.Str() == "read_file" {
-						ss.At(k).Attributes().PutStr("gen_ai.tool.name", "canary_tool_name_7f3a")
-						seen = true
-					}
-				}
+		eachSpan(td, func(_ pcommon.Resource, span ptrace.Span) {
+			if v, ok := span.Attributes().Get("gen_ai.tool.name"); ok && v.Str() == "read_file" {
+				span.Attributes().PutStr("gen_ai.tool.name", "canary_tool_name_7f3a")
+				seen = true
 			}
-		}
+		})
 	}
 	require.True(t, seen, "the canary must be in the input")
 	metrics, logs := run(t, requests, createDefaultConfig())
@@ -393,40 +380,53 @@ func TestLatePartOfAReplayedTraceCounted(t *testing.T) {
 	children, roots := ptrace.NewTraces(), ptrace.NewTraces()
 	traces := map[pcommon.TraceID]bool{}
 	for _, td := range requests {
-		rss := td.ResourceSpans()
-		for i := 0; i < rss.Len(); i++ {
-			for j := 0; j < rss.At(i).ScopeSpans().Len(); j++ {
-				ss := rss.At(i).ScopeSpans().At(j).Spans()
-				for k := 0; k < ss.Len(); k++ {
-					span := ss.At(k)
-					into := children
-					if span.ParentSpanID().IsEmpty() {
-						into, traces[span.TraceID()] = roots, true
-					}
-					rs := into.ResourceSpans().AppendEmpty()
-					rss.At(i).Resource().CopyTo(rs.Resource())
-					span.CopyTo(rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty())
-				}
+		eachSpan(td, func(resource pcommon.Resource, span ptrace.Span) {
+			into := children
+			if span.ParentSpanID().IsEmpty() {
+				into, traces[span.TraceID()] = roots, true
 			}
-		}
+			rs := into.ResourceSpans().AppendEmpty()
+			resource.CopyTo(rs.Resource())
+			span.CopyTo(rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty())
+		})
 	}
 	ctx := context.Background()
 	late := func(gap time.Duration) int {
-		cfg := createDefaultConfig()
-		cfg.Wait = time.Minute
-		metrics := new(consumertest.MetricsSink)
-		c, err := NewFactory().CreateTracesToMetrics(ctx, connectortest.NewNopSettings(metadata.Type), cfg, metrics)
-		require.NoError(t, err)
-		gc := c.(*guardConnector)
-		now := time.Unix(1_800_000_000, 0)
-		gc.now = func() time.Time { return now }
-		require.NoError(t, c.ConsumeTraces(ctx, children))
-		now = now.Add(gap)
+		gc, metrics, now := clockedConnector(t, time.Minute)
+		require.NoError(t, gc.ConsumeTraces(ctx, children))
+		*now = now.Add(gap)
 		require.NoError(t, gc.flush(ctx, false))
-		require.NoError(t, c.ConsumeTraces(ctx, roots))
-		require.NoError(t, c.Shutdown(ctx))
+		require.NoError(t, gc.ConsumeTraces(ctx, roots))
+		require.NoError(t, gc.Shutdown(ctx))
 		return lastCounts(metrics.AllMetrics(), telemetry.DiagnosticsMetric, "diagnostic")[telemetry.DiagLateSpan]
 	}
 	require.Zero(t, late(30*time.Second))
 	require.Equal(t, len(traces), late(2*time.Minute)) // once per trace, however many spans
+}
+
+// eachSpan calls fn with every span of td and its resource.
+func eachSpan(td ptrace.Traces, fn func(pcommon.Resource, ptrace.Span)) {
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		for j := 0; j < rss.At(i).ScopeSpans().Len(); j++ {
+			ss := rss.At(i).ScopeSpans().At(j).Spans()
+			for k := 0; k < ss.Len(); k++ {
+				fn(rss.At(i).Resource(), ss.At(k))
+			}
+		}
+	}
+}
+
+// clockedConnector is a traces-to-metrics connector with the given wait, on a clock the test
+// moves by hand (through the returned time).
+func clockedConnector(t *testing.T, wait time.Duration) (*guardConnector, *consumertest.MetricsSink, *time.Time) {
+	cfg := createDefaultConfig()
+	cfg.Wait = wait
+	metrics := new(consumertest.MetricsSink)
+	c, err := NewFactory().CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(metadata.Type), cfg, metrics)
+	require.NoError(t, err)
+	gc := c.(*guardConnector)
+	now := time.Unix(1_800_000_000, 0)
+	gc.now = func() time.Time { return now }
+	return gc, metrics, &now
 }

@@ -82,6 +82,17 @@ class _Clock:
         return self.now
 
 
+def _recorded(resource: Resource, write: Callable[[Tracer, _Clock], None]) -> list[ReadableSpan]:
+    """The spans ``write`` makes with a tracer whose IDs count up and a clock that starts at
+    :data:`BASE_NS`, so that the file is the same on every run."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=resource, id_generator=_Counting())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    write(provider.get_tracer("golden"), _Clock())
+    provider.shutdown()
+    return list(exporter.get_finished_spans())
+
+
 def _tool(
     tracer: Tracer, clock: _Clock, parent: Span, name: str, call: str, error: str | None
 ) -> Span:
@@ -255,20 +266,19 @@ def _handed_over(tracer: Tracer, clock: _Clock, rounds: int) -> None:
 
 
 def genai_spans() -> list[ReadableSpan]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(
-        resource=Resource(
+    return _recorded(
+        Resource(
             {
                 "service.name": "genai-agent",
                 "service.version": "2.1.0",
                 "deployment.environment.name": "staging",
             }
         ),
-        id_generator=_Counting(),
+        _write_genai,
     )
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("golden")
-    clock = _Clock()
+
+
+def _write_genai(tracer: Tracer, clock: _Clock) -> None:
     fail = [("read_file", "FileNotFoundError")] * 4
     # A loop: tracked, would_warn, would_stop, then latched.
     _agent(tracer, clock, "conv-loop", [fail] * 5)
@@ -293,8 +303,6 @@ def genai_spans() -> list[ReadableSpan]:
         _agent(tracer, clock, None, [fail] * 3, caller=caller)
     # A section 3 prompt span below the GenAI prompt, through an ended node span: handed over.
     _handed_over(tracer, clock, rounds=3)
-    provider.shutdown()
-    return list(exporter.get_finished_spans())
 
 
 def _oi(tracer: Tracer, clock: _Clock, kind: str, parent: Span | None, **attributes: Any) -> Span:
@@ -383,14 +391,12 @@ def _oi_handed_over(tracer: Tracer, clock: _Clock, rounds: int) -> None:
 
 
 def openinference_spans() -> list[ReadableSpan]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(
-        resource=Resource({"service.name": "oi-agent", "service.version": "0.3.0"}),
-        id_generator=_Counting(),
+    return _recorded(
+        Resource({"service.name": "oi-agent", "service.version": "0.3.0"}), _write_openinference
     )
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("golden")
-    clock = _Clock()
+
+
+def _write_openinference(tracer: Tracer, clock: _Clock) -> None:
     typed = ("error.type", "FileNotFoundError")
     event = ("event", "FileNotFoundError")
     # A loop, typed by error.type and by exception events alike: tracked, would_warn, would_stop.
@@ -413,8 +419,6 @@ def openinference_spans() -> list[ReadableSpan]:
     _oi_agent(tracer, clock, [[typed] * 4, [handled], [typed] * 4], session="s-handled")
     # The LangChain integration's section 3 spans below OpenInference's run: handed over.
     _oi_handed_over(tracer, clock, rounds=5)
-    provider.shutdown()
-    return list(exporter.get_finished_spans())
 
 
 def _root_batches(tracer: Tracer, clock: _Clock, prompt_id: str, rounds: int) -> None:
@@ -459,14 +463,12 @@ def _prompt_span(tracer: Tracer, clock: _Clock, prompt_id: str, **attributes: An
 
 
 def section_3_spans() -> list[ReadableSpan]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(
-        resource=Resource({"service.name": "section3-agent", "service.version": "0.4.0"}),
-        id_generator=_Counting(),
+    return _recorded(
+        Resource({"service.name": "section3-agent", "service.version": "0.4.0"}), _write_section_3
     )
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("golden")
-    clock = _Clock()
+
+
+def _write_section_3(tracer: Tracer, clock: _Clock) -> None:
     # Opted out: its batches, exported before its prompt span, are never guarded.
     cron = _prompt_span(tracer, clock, "cron-1", **{"acp.prompt.route": "cron"})
     _root_batches(tracer, clock, "cron-1", 3)
@@ -484,8 +486,6 @@ def section_3_spans() -> list[ReadableSpan]:
     _root_batches(tracer, clock, "dup-1", 3)
     second.end(end_time=clock.tick())
     first.end(end_time=clock.tick())
-    provider.shutdown()
-    return list(exporter.get_finished_spans())
 
 
 def _render(spans: Sequence[ReadableSpan]) -> str:

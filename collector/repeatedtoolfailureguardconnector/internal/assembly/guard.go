@@ -290,15 +290,8 @@ type cursorHeap []*cursor
 func (h cursorHeap) Len() int { return len(h) }
 
 func (h cursorHeap) Less(a, b int) bool {
-	x, y := &h[a].events[h[a].next], &h[b].events[h[b].next]
-	if x.Time != y.Time {
-		return x.Time < y.Time
-	}
-	if x.IsEnd != y.IsEnd {
-		return !x.IsEnd
-	}
-	if x.depth != y.depth {
-		return x.depth < y.depth
+	if c := compareEvents(&h[a].events[h[a].next], &h[b].events[h[b].next]); c != 0 {
+		return c < 0
 	}
 	return h[a].order < h[b].order
 }

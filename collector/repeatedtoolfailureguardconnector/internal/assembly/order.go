@@ -86,16 +86,34 @@ func Events(trace []*spans.Span, byID map[pcommon.SpanID]*spans.Span) []Event {
 	}
 	sort.Slice(events, func(a, b int) bool {
 		x, y := &events[a], &events[b]
-		if x.Time != y.Time {
-			return x.Time < y.Time
-		}
-		if x.IsEnd != y.IsEnd {
-			return !x.IsEnd
-		}
-		if x.depth != y.depth {
-			return x.depth < y.depth
+		if c := compareEvents(x, y); c != 0 {
+			return c < 0
 		}
 		return x.index < y.index
 	})
 	return events
+}
+
+// compareEvents orders two events by time, starts before ends, then parents start first and
+// children end first (depth); 0 when none of these tells them apart.
+func compareEvents(x, y *Event) int {
+	if x.Time != y.Time {
+		if x.Time < y.Time {
+			return -1
+		}
+		return 1
+	}
+	if x.IsEnd != y.IsEnd {
+		if !x.IsEnd {
+			return -1
+		}
+		return 1
+	}
+	if x.depth != y.depth {
+		if x.depth < y.depth {
+			return -1
+		}
+		return 1
+	}
+	return 0
 }
