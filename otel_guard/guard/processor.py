@@ -660,11 +660,7 @@ class GuardSpanProcessor(SpanProcessor):
         with self._lock:
             now = self._clock()
             life = self._lives.get(prompt_id)
-            lost_entry = self._lost_open.get(prompt_id) if life is None else None
-            if lost_entry is None and life is None and self._forgotten is not None:
-                kept = self._forgotten.guarded(prompt_id)
-                if kept is not None:
-                    lost_entry = (0, kept)
+            lost_entry = self._lost_facts(prompt_id) if life is None else None
             if lost_entry is not None:
                 lost = lost_entry[1]
                 # A prompt span with this ID may still be open, its record lost to the span
@@ -815,6 +811,18 @@ class GuardSpanProcessor(SpanProcessor):
         if prompt is None:
             self._remember(prompt_id, life.guarded)
 
+    def _lost_facts(self, prompt_id: str) -> tuple[int, bool] | None:
+        """What is kept of the ID's prompt spans lost to the span table: (spans lost and still
+        open as far as the guard knows, guarded), from the table of lost IDs, else from the
+        coarser table its overflow went to (a count of 0: not known exactly); None when
+        neither holds the ID."""
+        lost = self._lost_open.get(prompt_id)
+        if lost is None and self._forgotten is not None:
+            kept = self._forgotten.guarded(prompt_id)
+            if kept is not None:
+                return (0, kept)
+        return lost
+
     def _forget(self, prompt_id: str, entry: tuple[int, bool]) -> None:
         """The table of lost IDs is full: its oldest entry's facts go to a coarser table."""
         forgotten = self._forgotten
@@ -928,7 +936,7 @@ class GuardSpanProcessor(SpanProcessor):
                 batch = None
                 genai = True  # an inferred profile's tool call, or an orphan
                 if parent_id is None:
-                    pass
+                    pass  # a root: no batch, no late frame
                 elif parent_id in self._ended_batches:
                     owner = self._ended_batches[parent_id]
                     if not self._known_off(owner):  # an opted-out prompt has no telemetry
@@ -1048,11 +1056,7 @@ class GuardSpanProcessor(SpanProcessor):
             # Never seen, or forgotten: guarded as new. Else dropped: rebuilt. A prompt span
             # whose record was lost may still be open: rebuilt, keeping its opt-out.
             guarded = self._dropped.pop(prompt_id, None)
-            lost = self._lost_open.get(prompt_id)
-            if lost is None and self._forgotten is not None:
-                kept = self._forgotten.guarded(prompt_id)
-                if kept is not None:
-                    lost = (0, kept)
+            lost = self._lost_facts(prompt_id)
             if lost is not None:
                 guarded = lost[1] and guarded is not False
             prompt = _Prompt(True, now) if guarded is None else _Prompt(guarded, now, rebuilt=True)
@@ -1266,11 +1270,7 @@ class GuardSpanProcessor(SpanProcessor):
             prompt_id = event.prompt_id
             life = self._lives.get(prompt_id)
             known = self._prompts.get(prompt_id)
-            lost = self._lost_open.get(prompt_id)
-            if lost is None and self._forgotten is not None:
-                kept = self._forgotten.guarded(prompt_id)
-                if kept is not None:
-                    lost = (0, kept)
+            lost = self._lost_facts(prompt_id)
             dropped = self._dropped.get(prompt_id)
             if life is not None or lost is not None or known is not None or dropped is not None:
                 collided.add(prompt_id)
