@@ -530,13 +530,14 @@ def _user_parts_before(messages: Sequence[ModelMessage], response: ModelResponse
     """The user prompt parts of the requests between ``response`` and the response before it
     in ``messages`` (0 when ``response`` is not there): what the model was told since the
     previous batch besides that batch's tool results. The guard's reminder is not a user part."""
-    index = next((i for i, m in enumerate(messages) if m is response), None)
-    if index is None:
-        return 0
+    # From the end: the response is the run's latest or close to it, however long the history.
+    found = False
     count = 0
-    for message in reversed(messages[:index]):
-        if isinstance(message, ModelResponse):
-            break
-        if isinstance(message, ModelRequest):
+    for message in reversed(messages):
+        if not found:
+            found = message is response
+        elif isinstance(message, ModelResponse):
+            return count
+        elif isinstance(message, ModelRequest):
             count += sum(isinstance(part, UserPromptPart) for part in message.parts)
     return count
