@@ -33,6 +33,7 @@ from otel_guard.replay.report import (
     SAMPLES,
     SAVED_KEYS,
     TIMELINE_LIMIT,
+    empty_tally,
 )
 from otel_guard.spans.events import PROFILE_NAMES
 
@@ -63,17 +64,10 @@ _HOUR: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:00Z")
 _DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 
 
-_TALLY_COUNTS: Final = (
-    "spans",
-    "prompts",
-    "batches",
-    "prompts_would_warn",
-    "prompts_warned",
-    "prompts_would_stop",
-    "prompts_stopped",
-    "self_recovered_after_would_stop",
-)
-_TALLY_TABLES: Final = ("decisions", "reset_reasons", "saved")
+_TALLY_KEYS: Final = tuple(empty_tally())
+"""The keys of every tally: the report's totals, each group's and each day's (as the report
+writer makes a tally)."""
+_TALLY_COUNTS: Final = tuple(key for key, value in empty_tally().items() if type(value) is int)
 
 REQUIRED_KEYS: Final = (
     "mode",
@@ -82,8 +76,7 @@ REQUIRED_KEYS: Final = (
     "traces",
     "duplicate_spans",
     "skipped",
-    *_TALLY_COUNTS,
-    *_TALLY_TABLES,
+    *_TALLY_KEYS,
     "invariant_violations",
     "invariants",
     "diagnostics",
@@ -264,10 +257,6 @@ def _counts(value: object, where: str, names: tuple[str, ...] | Mapping[str, str
         if len(key) > 200:
             raise InvalidReport(f"{where}: a name longer than 200 characters")
         _count(count, f"{where}.{key}")
-
-
-_TALLY_KEYS: Final = (*_TALLY_COUNTS, *_TALLY_TABLES)
-"""The keys of every tally: the report's totals, each group's and each day's."""
 
 
 def _require(entry: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
