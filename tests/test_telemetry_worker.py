@@ -642,3 +642,88 @@ def test_records_handed_over_together_pass_the_bound_or_are_dropped_together() -
     assert telemetry.dropped == 1
     assert _observation_total(reader) == 2
     telemetry.close()
+
+
+class _CountingEvent(threading.Event):
+    """An event that counts the worker's waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return super().wait(timeout)
+
+
+def _until(condition: Any, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def _until_idle(telemetry: GuardTelemetry) -> bool:
+    return _until(lambda: telemetry._idle)
+
+
+def test_an_idle_worker_is_not_woken_until_a_record_is_handed_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(telemetry_module, "_INTERVAL_SECONDS", 0.01)
+    monkeypatch.setattr(telemetry_module, "_QUIET_ROUNDS", 3, raising=False)
+    meter_provider, _, logger_provider = _providers()
+    exporter = InMemoryLogRecordExporter()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    telemetry = GuardTelemetry(meter_provider, logger_provider)
+    wake = _CountingEvent()
+    telemetry._wake = wake  # before the worker starts, which takes it
+    telemetry.diagnostic("late_span", "p")
+    assert _until(lambda: len(exporter.get_finished_logs()) == 1)
+    time.sleep(0.2)  # past three quiet intervals
+    waits = wake.waits
+    time.sleep(0.3)  # thirty intervals: a worker still polling would wait about thirty times
+    assert wake.waits == waits
+    # The next hand-over wakes it at once, and it polls again while records come.
+    telemetry.diagnostic("late_span", "q")
+    assert _until(lambda: len(exporter.get_finished_logs()) == 2, seconds=5.0)
+    assert _until(lambda: wake.waits > waits + 1)
+    telemetry.close()
+
+
+def test_an_idle_worker_ends_when_its_guard_is_dropped_without_shutdown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(telemetry_module, "_INTERVAL_SECONDS", 0.01)
+    monkeypatch.setattr(telemetry_module, "_QUIET_ROUNDS", 2)
+    meter_provider, _, logger_provider = _providers()
+    telemetry = GuardTelemetry(meter_provider, logger_provider)
+    telemetry.diagnostic("late_span", "p")
+    worker = telemetry._worker
+    assert worker is not None
+    assert _until_idle(telemetry)
+    del telemetry
+    gc.collect()
+    worker.join(timeout=30)  # it waits with no timeout: the collection itself wakes it
+    assert not worker.is_alive()
+
+
+def test_an_idle_worker_delivers_a_flush_with_a_timeout_and_ends_at_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(telemetry_module, "_INTERVAL_SECONDS", 0.01)
+    monkeypatch.setattr(telemetry_module, "_QUIET_ROUNDS", 2)
+    meter_provider, _, logger_provider = _providers()
+    recorder = ThreadRecorder()
+    logger_provider.add_log_record_processor(recorder)
+    telemetry = GuardTelemetry(meter_provider, logger_provider)
+    telemetry.diagnostic("late_span", "p")
+    assert _until_idle(telemetry)
+    worker = telemetry._worker
+    telemetry._pending.append(("diagnostic", "late_span", "q", None, time.time_ns()))
+    assert telemetry.flush(timeout_millis=5000)  # the mark wakes the idle worker, which emits
+    assert recorder.threads[-1] is worker
+    telemetry.close()
+    assert worker is not None and not worker.is_alive()

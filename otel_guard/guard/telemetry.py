@@ -396,6 +396,7 @@ DEFAULT_MAX_PENDING: Final = 4096
 """Records the queue holds before it drops (and counts) new ones."""
 _WAKE_AT: Final = 512  # a queue this long wakes the worker before its interval ends
 _INTERVAL_SECONDS: Final = 0.5
+_QUIET_ROUNDS: Final = 20  # intervals with nothing queued before the worker waits untimed
 
 
 class GuardTelemetry:
@@ -439,6 +440,9 @@ class GuardTelemetry:
         self._emitter: int | None = None
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
+        # Set by a worker that found nothing queued for a while and now waits without a
+        # timeout: the next hand-over wakes it (one Event.set, then the flag is down again).
+        self._idle = False
         self._closed = False
         try:
             self._counts = _counts_for(meter_provider or metrics.get_meter_provider())
@@ -508,7 +512,8 @@ class GuardTelemetry:
         pending.append(item)
         if self._worker is None:
             self._start_worker()
-        elif len(pending) == _WAKE_AT:
+        elif len(pending) == _WAKE_AT or self._idle:
+            self._idle = False
             self._wake.set()
 
     def together(self, items: Sequence[QueueItem]) -> None:
@@ -536,20 +541,24 @@ class GuardTelemetry:
         pending.extend(items)
         if self._worker is None:
             self._start_worker()
-        elif len(pending) >= _WAKE_AT:
+        elif len(pending) >= _WAKE_AT or self._idle:
+            self._idle = False
             self._wake.set()
 
     def _start_worker(self) -> None:
         with self._lock:
             if self._worker is not None or self._closed:
                 return
+            wake = self._wake
             worker = threading.Thread(
                 target=_work,
-                args=(weakref.ref(self), self._wake),
+                args=(weakref.ref(self), wake),
                 name="otel_guard telemetry",
                 daemon=True,
             )
             self._worker = worker
+            # An idle worker waits with no timeout: the telemetry's collection wakes it to end.
+            weakref.finalize(self, wake.set)
         try:
             worker.start()
         except RuntimeError:  # no new threads (the interpreter is exiting): emit here instead
@@ -652,6 +661,7 @@ class GuardTelemetry:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._worker = None
+        self._idle = False
 
     def _emit_item(self, item: QueueItem) -> None:
         if item[0] == "observations":
@@ -838,16 +848,35 @@ def emitted_by_guard(record: LogRecord) -> bool:
 
 def _work(ref: weakref.ref[GuardTelemetry], wake: threading.Event) -> None:
     """The worker's loop. It holds its telemetry only weakly: a guard dropped without
-    ``shutdown()`` is still collected, and its worker then ends."""
+    ``shutdown()`` is still collected, and its worker then ends.
+
+    After :data:`_QUIET_ROUNDS` intervals in which nothing was queued it waits with no timeout
+    until something is handed over (or the telemetry is closed or collected): an idle agent's
+    process, or one holding many guards that no longer see spans, is not woken twice a second
+    by each of them. The flag is raised before the queue's last look, and a hand-over appends
+    before it reads the flag, so an item queued meanwhile is either seen here or wakes it."""
+    quiet = 0
+    idle = False
     while True:
-        wake.wait(_INTERVAL_SECONDS)
+        wake.wait(None if idle else _INTERVAL_SECONDS)
         telemetry = ref()
         if telemetry is None:
             return
         wake.clear()
-        telemetry.flush()  # what was queued at its wake-up; newer records wait for the next
+        if telemetry._pending or telemetry._dropped_unreported:
+            quiet = 0
+            telemetry.flush()  # what was queued at its wake-up; newer records wait for the next
+        else:
+            quiet += 1
         if telemetry._closed:
             return
+        idle = False
+        if quiet >= _QUIET_ROUNDS:
+            telemetry._idle = True
+            if telemetry._pending or telemetry._closed:
+                telemetry._idle = False
+            else:
+                idle = True
         del telemetry
 
 
