@@ -621,3 +621,43 @@ def test_free_text_in_section_3_vocabularies_leaves_as_other(gateway: Gateway) -
     assert "CnryVocab" not in json.dumps(span)
     kept = {a["key"]: a["value"].get("stringValue") for a in span["attributes"]}
     assert {key: kept.get(key) for key in odd} == dict.fromkeys(odd, "_OTHER")
+
+
+def test_merged_tools_and_placeholder_call_ids_leave_as_written(gateway: Gateway) -> None:
+    """Google ADK's "(merged tools)" is no call and a placeholder call ID is a missing one, to
+    the guard: a pseudonym of either would read as a tool's call, or as one ID shared by all."""
+    provider = TracerProvider(resource=Resource.create({"service.name": AGENT_SERVICE}))
+    provider.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{gateway.otlp_http}/v1/traces"))
+    )
+    tracer = provider.get_tracer("agent")
+    for tool, call_id in (("(merged tools)", "<not specified>"), ("CnryMergeToolZq", "")):
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": call_id,
+            "error.type": "TimeoutError",
+        }
+        tracer.start_span("execute_tool", attributes=attributes).end()
+    provider.shutdown()
+
+    def found() -> list[dict[str, Any]]:
+        return [
+            s
+            for s in spans_out(gateway.traces).get(AGENT_SERVICE, [])
+            if any(a["key"] == "error.type" for a in s.get("attributes", []))
+            and any(a["key"] == "gen_ai.tool.call.id" for a in s.get("attributes", []))
+            and not any(a["key"] == "acp.tool.status" for a in s.get("attributes", []))
+        ]
+
+    wait_for("both spans at the sink", lambda: len(found()) >= 2, gateway.otelcol.log_tail)
+    kept = {
+        (attributes.get("gen_ai.tool.name"), attributes.get("gen_ai.tool.call.id"))
+        for attributes in (
+            {a["key"]: a["value"].get("stringValue") for a in span["attributes"]}
+            for span in found()
+        )
+    }
+    assert ("(merged tools)", "<not specified>") in kept
+    (name,) = {name for name, call_id in kept if call_id == ""}
+    assert name is not None and name.startswith("tool_") and "Cnry" not in name

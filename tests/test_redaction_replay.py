@@ -330,3 +330,70 @@ def test_openinference_loops_replay_to_the_same_report_after_redaction(
     # Not vacuous: the raw loop is stopped (or would be), and so is the redacted one.
     assert expected["decisions"].get("would_stop", 0) == 1, expected["decisions"]
     assert _replay(mode, read_back) == expected
+
+
+def _record_genai_placeholders(tracer: Tracer, placeholder: str, merged: bool) -> None:
+    """A GenAI-conventions agent (section 3b) looping on a failing tool whose call IDs are a
+    framework's placeholder; with ``merged``, each turn also has Google ADK's ``execute_tool
+    (merged)`` span, which is no call, failing with another type."""
+    agent = tracer.start_span(
+        "invoke_agent CnryAgentZq", attributes={"gen_ai.operation.name": "invoke_agent"}
+    )
+    inside = set_span_in_context(agent)
+    for _ in range(4):
+        tracer.start_span(
+            "chat", context=inside, attributes={"gen_ai.operation.name": "chat"}
+        ).end()
+        if merged:
+            wrapper = tracer.start_span(
+                "execute_tool (merged)",
+                context=inside,
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "(merged tools)",
+                    "gen_ai.tool.call.id": placeholder,
+                    "error.type": "ValueError",
+                },
+            )
+            wrapper.set_status(Status(StatusCode.ERROR, "CnryStatusZq"))
+            wrapper.end()
+        for _ in range(3):
+            span = tracer.start_span(
+                "execute_tool CnryToolZq",
+                context=inside,
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "CnryToolZq",
+                    "gen_ai.tool.call.id": placeholder,
+                    "gen_ai.tool.call.arguments": '{"path": "/home/CnryPathZq"}',
+                    "error.type": "TimeoutError",
+                },
+            )
+            span.set_status(Status(StatusCode.ERROR, "CnryStatusZq"))
+            span.end()
+    tracer.start_span("chat", context=inside, attributes={"gen_ai.operation.name": "chat"}).end()
+    agent.end()
+
+
+@pytest.mark.parametrize("placeholder", ["<not specified>", "", "  ", " <not specified> "])
+@pytest.mark.parametrize("merged", [False, True])
+@pytest.mark.parametrize("key", [None, b"k"])
+def test_placeholder_call_ids_and_merged_spans_replay_the_same_after_redaction(
+    placeholder: str, merged: bool, key: bytes | None
+) -> None:
+    """Placeholder call IDs are missing IDs (the span ID stands in) and ADK's merged span is no
+    call: both are kept as written, since a pseudonym of either reads as something else (one
+    call ID shared by every call, a failing call of a tool)."""
+    provider, raw, redacted = _raw_and_redacted(key)
+    _record_genai_placeholders(provider.get_tracer("agent"), placeholder, merged)
+    raw_spans, redacted_spans = raw.get_finished_spans(), redacted.get_finished_spans()
+    encoded = encode_spans(redacted_spans).SerializeToString()
+    for canary in (b"CnryToolZq", b"CnryPathZq", b"CnryStatusZq", b"CnryAgentZq"):
+        assert canary in encode_spans(raw_spans).SerializeToString()
+        assert canary not in encoded
+    stream = io.StringIO()
+    assert OtlpJsonSpanExporter(stream).export(redacted_spans) is SpanExportResult.SUCCESS
+    read_back = parse_request(stream.getvalue())
+    expected = _replay("shadow", raw_spans)
+    assert expected["decisions"].get("would_stop", 0) == 1, expected["decisions"]
+    assert _replay("shadow", read_back) == expected

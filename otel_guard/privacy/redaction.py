@@ -338,7 +338,11 @@ class RedactingSpanExporter(SpanExporter):
         if prefix is not None:
             if type(value) is not str or len(value) > _MAX_TOOL_NAME_LENGTH:
                 return _DROP  # no name to the guard either
-            return self._pseudonym(value, prefix) if value.strip() else value
+            if not value.strip() or value == attr.MERGED_TOOLS:
+                # Blank, or Google ADK's "(merged tools)", which the profiles read as no call:
+                # a fixed text with no content, kept so that replay reads the span the same.
+                return value
+            return self._pseudonym(value, prefix)
         case = ERROR_TYPE_KEYS.get(key)
         if case is not None:
             if type(value) is not str:
@@ -371,7 +375,9 @@ class RedactingSpanExporter(SpanExporter):
             return value if type(value) is int and value >= 0 else -1
         # call_id, conversation_id: opaque identifiers the guard compares.
         if type(value) is str and len(value) <= _MAX_ID_LENGTH:
-            if value == "" or _WORD.fullmatch(value):
+            if value.strip() in attr.PLACEHOLDER_CALL_IDS or _WORD.fullmatch(value):
+                # A placeholder (blank, "<not specified>") is a missing ID to the profiles: kept
+                # as it is, since a pseudonym would read as one ID shared by every call.
                 return value
             return self._pseudonym(value, "call_" if shape == "call_id" else "conv_")
         return "" if shape == "call_id" else _DROP
