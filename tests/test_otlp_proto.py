@@ -93,6 +93,15 @@ def as_json_line(message: ExportTraceServiceRequest) -> bytes:
                     body["parentSpanId"] = span.parent_span_id.hex()
                 if span.flags:
                     body["flags"] = span.flags
+                if span.events:
+                    body["events"] = [
+                        {
+                            "timeUnixNano": str(event.time_unix_nano),
+                            "name": event.name,
+                            "attributes": attributes(event.attributes),
+                        }
+                        for event in span.events
+                    ]
                 spans.append(body)
             scope = {"name": scope_block.scope.name, "version": scope_block.scope.version}
             scopes.append({"scope": scope, "schemaUrl": scope_block.schema_url, "spans": spans})
@@ -122,6 +131,7 @@ def everything(span: ReadableSpan) -> tuple[Any, ...]:
         (span.status.status_code, span.status.description),
         (dict(span.resource.attributes), span.resource.schema_url),
         (scope.name, scope.version, scope.schema_url),
+        [(e.name, dict(e.attributes or {}), e.timestamp) for e in span.events],
     )
 
 
@@ -149,8 +159,27 @@ def test_a_request_with_every_field_set_reads_the_same_from_proto_as_from_json()
         entry = span.attributes.add()
         entry.key = key
         setattr(entry.value, field, value)
+    for name, raised, at in [
+        ("exception", "TimeoutError", 7),
+        ("retry", "ignored", 8),
+        ("exception", None, 9),
+        ("exception", "PermissionError", 10),
+    ]:
+        event = span.events.add()
+        event.name, event.time_unix_nano = name, at
+        if raised is not None:
+            entry = event.attributes.add()
+            entry.key, entry.value.string_value = "exception.type", raised
+        entry = event.attributes.add()
+        entry.key, entry.value.string_value = "exception.message", "secret message"
     (read,) = from_proto(message)
     assert everything(read) == everything(from_json(message)[0])
+    # The exception events, with their type only: the inferred profiles type a failure by them.
+    assert [(e.name, dict(e.attributes or {}), e.timestamp) for e in read.events] == [
+        ("exception", {"exception.type": "TimeoutError"}, 7),
+        ("exception", {}, 9),
+        ("exception", {"exception.type": "PermissionError"}, 10),
+    ]
     assert read.parent is not None and read.parent.trace_id == int(TRACE_ID.hex(), 16)
     assert read.parent.span_id == 0x00F067AA0BA902B7
     assert read.context is not None and read.context.trace_flags.sampled

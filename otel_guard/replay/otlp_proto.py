@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
@@ -48,6 +48,7 @@ from otel_guard.replay.recorded import (
     parent_context,
     span_context,
 )
+from otel_guard.spans import attributes as attr
 
 __all__ = ["parse_proto_request"]
 
@@ -161,7 +162,7 @@ def _span(span: Any, resource: Any, scope: Any) -> ReadableSpan:
     elif code is StatusCode.OK:
         status = OK_STATUS
     flags = TRACE_FLAGS[(span.flags or 1) & 0xFF]
-    return RecordedSpan(
+    read = RecordedSpan(
         span.name,
         span_context(trace_id, span_id, flags),
         parent_context(trace_id, parent_id, flags, span.flags) if parent_id else None,
@@ -173,6 +174,31 @@ def _span(span: Any, resource: Any, scope: Any) -> ReadableSpan:
         end,
         scope,
     )
+    if span.events:
+        read._events = _exception_events(span.events)
+    return read
+
+
+def _exception_events(events: Any) -> tuple[Event, ...]:
+    """The span's ``exception`` events with their ``exception.type`` only, as the JSON reader
+    keeps them: the inferred profiles type a failed tool call by the last one when
+    ``error.type`` is missing."""
+    found: list[Event] = []
+    for event in events:
+        if event.name != attr.EXCEPTION_EVENT:
+            continue
+        raised = None
+        for entry in event.attributes:
+            if entry.key == attr.EXCEPTION_TYPE:
+                raised = _value(entry.value)
+        found.append(
+            Event(
+                attr.EXCEPTION_EVENT,
+                {attr.EXCEPTION_TYPE: raised} if type(raised) is str else {},
+                event.time_unix_nano or None,
+            )
+        )
+    return tuple(found)
 
 
 def _attributes(entries: Any) -> Attributes:
