@@ -240,7 +240,7 @@ def test_an_opted_out_prompt_with_a_long_id_emits_nothing(marker_on: str) -> Non
     assert h.guard.diagnostics() == {}
 
 
-def test_an_open_batch_of_an_opted_out_prompt_dropped_to_a_bound_is_counted_but_not_named() -> None:
+def test_an_open_batch_of_an_opted_out_prompt_dropped_to_a_bound_gives_no_diagnostic() -> None:
     h = Harness(mode="shadow", max_prompts=1, max_calls_per_batch=1)  # 5 open spans at most
     off = h.tracer.start_span(
         "tool_batch", attributes={"acp.prompt.id": "off", "acp.prompt.route": "notification"}
@@ -248,9 +248,14 @@ def test_an_open_batch_of_an_opted_out_prompt_dropped_to_a_bound_is_counted_but_
     h.tool_span(FAIL, set_span_in_context(off)).end()
     for i in range(5):  # never end: the first of them pushes the opted-out batch out
         h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": f"x{i}"})
+    # An off prompt gets no telemetry at all (docs/contract.md section 3), diagnostics included.
+    assert h.guard.diagnostics() == {}
+    assert h.logs(DIAGNOSTIC_EVENT) == [] and h.points(DIAGNOSTICS_METRIC) == []
+    # The same bound on a guarded prompt's batch is counted and named.
+    h.tracer.start_span("tool_batch", attributes={"acp.prompt.id": "x5"})
     assert h.guard.diagnostics() == {"evicted": 1}
     (record,) = h.logs(DIAGNOSTIC_EVENT)
-    assert dict(record.log_record.attributes or {}) == {"diagnostic": "evicted"}
+    assert dict(record.log_record.attributes or {}) == {"diagnostic": "evicted", "prompt_id": "x0"}
 
 
 def test_interactive_prompt_with_explicit_route_is_guarded() -> None:
@@ -327,7 +332,10 @@ def test_repeated_frame_for_a_call_id_is_ignored() -> None:
     assert h.guard.diagnostics() == {"duplicate_span": 1}
 
 
-def test_of_two_frames_with_one_call_id_the_earlier_started_is_kept() -> None:
+def test_of_two_frames_with_one_call_id_the_first_to_end_is_kept() -> None:
+    # docs/contract.md section 3: "A second terminal span for a call ID already seen is
+    # ignored": the guard sees a call when its span ends, so the second is the later to end,
+    # wherever it started.
     from opentelemetry.trace import set_span_in_context
 
     h, seen = evaluations()
@@ -339,12 +347,12 @@ def test_of_two_frames_with_one_call_id_the_earlier_started_is_kept() -> None:
     first.end()
     batch_span.set_attributes({"acp.batch.admitted": 1, "acp.input.reliable": True})
     batch_span.end()
-    assert [o.execution_error_type for o in seen[0].batch.observations] == ["timeout"]
+    assert [o.execution_error_type for o in seen[0].batch.observations] == ["exit_nonzero"]
     assert seen[0].batch.complete is True
     (record,) = h.logs(DIAGNOSTIC_EVENT)
     assert record.log_record.attributes is not None
     assert record.log_record.attributes["diagnostic"] == "duplicate_span"
-    assert record.log_record.span_id == second.get_span_context().span_id
+    assert record.log_record.span_id == first.get_span_context().span_id
 
 
 def test_provider_duplicates_are_observed_but_not_counted_for_completeness() -> None:

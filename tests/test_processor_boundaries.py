@@ -99,7 +99,9 @@ def test_a_batch_the_guard_did_not_follow_resets_the_streak_it_may_have_ended(lo
         h.batch("p", [FAIL] * 4)
         action = h.guard.take_action("p")
         actions.append(None if action is None else action.kind)
-    assert actions == [None, "reminder", "stop"]  # not [reminder, stop, None]
+    # Not [reminder, stop, None]. Evicted, its calls may have held an unknown outcome, which
+    # disables enforcement: the guard reminds but never stops this prompt again.
+    assert actions == [None, "reminder", None if lost == "evicted" else "stop"]
     assert [
         (attributes["decision"], attributes.get("reset_reason"))
         for attributes, _ in sorted(h.points(), key=lambda point: point[0]["decision"])

@@ -248,7 +248,9 @@ def test_never_ending_batch_spans_are_bounded() -> None:
     assert h.guard.diagnostics() == {"evicted": 2}
     spans[0].set_attributes({"acp.batch.admitted": 0, "acp.input.reliable": True})
     spans[0].end()  # evicted: its calls are unknown, so it is an incomplete batch
-    assert h.guard.state("p0") == GuardState.initial()
+    # One of them may have been an unknown outcome, which would have disabled enforcement:
+    # the guard never enforces the prompt after such a batch (losing state never widens).
+    assert h.guard.state("p0") == GuardState.initial()._replace(enforcement_disabled=True)
 
 
 def test_many_prompts_that_never_end_keep_memory_bounded() -> None:

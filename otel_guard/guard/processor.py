@@ -280,6 +280,10 @@ class _PromptSpan:
 _CallRecord = tuple[int, int, Observation, int]
 
 
+def _arrival(call: _CallRecord) -> int:
+    return call[1]
+
+
 class _OpenBatch:
     __slots__ = ("bytes", "calls", "missing", "off", "overflow", "prompt_id", "span_id")
 
@@ -707,9 +711,8 @@ class GuardSpanProcessor(SpanProcessor):
                 prompt.pending = None  # which host would take it is unknown
         if not life.guarded:
             self._opt_out(prompt_id)
-        # An opted-out prompt gets no telemetry that names it.
-        reported = prompt_id if life.guarded else None
-        out.append(("diagnostic", "prompt_collision", reported, context))
+            return  # an opted-out prompt gets no telemetry at all, diagnostics included
+        out.append(("diagnostic", "prompt_collision", prompt_id, context))
 
     def _opt_out(self, prompt_id: str) -> None:
         """Record an opt-out in every fact kept of the ID: its state, its tracked prompt spans,
@@ -757,6 +760,11 @@ class GuardSpanProcessor(SpanProcessor):
         span_id = span.context[_SPAN_ID]
         off = _opted_out(attributes)
         with self._lock:
+            if not off:
+                # Inside an open prompt span that opted out, it stays off even if that span
+                # ends first (docs/contract.md section 3: no telemetry at all).
+                life = self._lives.get(prompt_id)
+                off = life is not None and not life.guarded
             tracked[span_id] = _OpenBatch(prompt_id, span_id, off)
             report_long = long_id and not off and not self._known_off(prompt_id)
             if len(tracked) <= self._max_tracked and not report_long:
@@ -782,9 +790,8 @@ class GuardSpanProcessor(SpanProcessor):
                 evicted.popitem(last=False)
             if type(oldest) is _OpenBatch:
                 self._release(oldest)
-                # Counted as any drop, but an opted-out prompt is never named.
-                reported = None if self._batch_off(oldest) else oldest.prompt_id
-                out.append(("diagnostic", "evicted", reported, None))
+                if not self._batch_off(oldest):  # an opted-out prompt gets no telemetry
+                    out.append(("diagnostic", "evicted", oldest.prompt_id, None))
             elif type(oldest) is _PromptSpan:
                 self._forget_prompt_span(oldest.prompt_id)
 
@@ -860,7 +867,9 @@ class GuardSpanProcessor(SpanProcessor):
             elif ref is None:
                 unfollowed = self._untracked_end(context, attributes, out)
                 if unfollowed is not None:
-                    evaluation = self._end_batch(span, context, attributes, unfollowed, out)
+                    evaluation = self._end_batch(
+                        span, context, attributes, unfollowed, out, unfollowed=True
+                    )
         if out:
             self._flush(out)
         if evaluation is not None:
@@ -939,7 +948,8 @@ class GuardSpanProcessor(SpanProcessor):
                     pass  # a root: no batch, no late frame
                 elif parent_id in self._ended_batches:
                     owner = self._ended_batches[parent_id]
-                    if not self._known_off(owner):  # an opted-out prompt has no telemetry
+                    # An opted-out prompt has no telemetry ("": its batch ended off).
+                    if owner and not self._known_off(owner):
                         out = [("diagnostic", "late_span", owner, context)]
                     genai = bool(self._genai_open)
                 elif (
@@ -1005,9 +1015,10 @@ class GuardSpanProcessor(SpanProcessor):
             # Its bytes are not read again: an overflowed batch never keeps another call, and
             # _release skips a batch without calls.
             victim.calls = []
-            # Counted as any drop, but an opted-out (or not yet known) prompt is never named.
-            reported = None if self._batch_off(victim) or not victim.prompt_id else victim.prompt_id
-            out.append(("diagnostic", "batch_overflow", reported, None))
+            # An opted-out prompt gets no telemetry; one not yet known is counted, not named.
+            if not self._batch_off(victim):
+                reported = victim.prompt_id or None
+                out.append(("diagnostic", "batch_overflow", reported, None))
 
     def _release(self, batch: _OpenBatch) -> None:
         """Give back the byte budget of a batch that ended or was evicted: nothing reads it
@@ -1025,21 +1036,60 @@ class GuardSpanProcessor(SpanProcessor):
         if len(calls) > 1:
             calls.sort()  # start time, then arrival (unique, so later fields are never compared)
         observations: list[Observation] = []
-        call_ids: set[str] = set()
+        # Call ID -> the arrival of the span kept for it.
+        call_ids: dict[str, int] = {}
+        duplicates: list[int] | None = None
         well_formed = True
-        for _, _, observation, span_id in calls:
+        for _, arrival, observation, span_id in calls:
             if not observation[6]:  # not a provider duplicate
                 call_id = observation[0]
                 if not call_id:
                     well_formed = False  # a call without an ID cannot prove completeness
                     continue
-                if call_id in call_ids:
+                first = call_ids.get(call_id)
+                if first is not None:
+                    if arrival < first:
+                        # The later-started span ended first: it is the one kept (rare).
+                        return self._observations_by_arrival(batch, context, out)
+                    if duplicates is None:
+                        duplicates = []
+                    duplicates.append(span_id)
+                    continue
+                call_ids[call_id] = arrival
+            observations.append(observation)
+        if duplicates is not None:
+            for span_id in duplicates:
+                frame = _frame(context, span_id)
+                out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
+        return tuple(observations), len(call_ids), well_formed
+
+    @staticmethod
+    def _observations_by_arrival(
+        batch: _OpenBatch, context: SpanContext, out: list[_Emission]
+    ) -> tuple[tuple[Observation, ...], int, bool]:
+        """:meth:`_observations` when two spans share a call ID and the later-started one ended
+        first: the span that ended first is the call (docs/contract.md section 3, "a second
+        terminal span for a call ID already seen is ignored"), wherever it started."""
+        calls = batch.calls  # sorted by start time, then arrival
+        first_of: dict[str, int] = {}
+        for _, arrival, observation, _ in sorted(calls, key=_arrival):
+            call_id = observation[0]
+            if not observation[6] and call_id and call_id not in first_of:
+                first_of[call_id] = arrival
+        observations: list[Observation] = []
+        well_formed = True
+        for _, arrival, observation, span_id in calls:
+            if not observation[6]:
+                call_id = observation[0]
+                if not call_id:
+                    well_formed = False
+                    continue
+                if first_of[call_id] != arrival:
                     frame = _frame(context, span_id)
                     out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
                     continue
-                call_ids.add(call_id)
             observations.append(observation)
-        return tuple(observations), len(call_ids), well_formed
+        return tuple(observations), len(first_of), well_formed
 
     def _prompt_for_batch(self, prompt_id: str, now: float, out: list[_Emission]) -> _Prompt:
         """The prompt's state, rebuilt if it was dropped (never enforcing), or a new one."""
@@ -1070,17 +1120,27 @@ class GuardSpanProcessor(SpanProcessor):
         attributes: Mapping[str, Any],
         batch: _OpenBatch,
         out: list[_Emission],
+        unfollowed: bool = False,
     ) -> BatchEvaluation | None:
+        """A batch span ended (under the lock). ``unfollowed``: its prompt ID was set after its
+        start, so only the calls :meth:`_end_tool` kept below an untracked span are known."""
         ended = self._ended_batches
-        ended[context[_SPAN_ID]] = batch.prompt_id
+        span_id = context[_SPAN_ID]
+        ended[span_id] = batch.prompt_id
         if len(ended) > _ENDED_BATCHES:
             ended.popitem(last=False)
         if _BATCH_ADMITTED not in attributes:
             self._release(batch)
             return None  # carried a prompt ID but is not a batch span
         prompt_id = batch.prompt_id
-        now = self._clock()
         opted_out = _opted_out(attributes)
+        if batch.off and not opted_out:
+            # Started while its prompt was off (its prompt span open and opted out): off still,
+            # though that span may have ended first and taken the prompt's facts with it.
+            ended[span_id] = ""  # its late calls are an off prompt's: no diagnostic
+            self._release(batch)
+            return None
+        now = self._clock()
         if opted_out:
             # A marker on any batch opts the whole prompt out, before anything here names it.
             self._opt_out(prompt_id)
@@ -1090,6 +1150,7 @@ class GuardSpanProcessor(SpanProcessor):
             prompt.guarded = False
         if not prompt.guarded:
             prompt.pending = None  # stale once a later batch settled, and the prompt is off now
+            ended[span_id] = ""  # its late calls are an off prompt's: no diagnostic
             self._release(batch)
             return None
 
@@ -1105,6 +1166,12 @@ class GuardSpanProcessor(SpanProcessor):
             for span_id in batch.missing:
                 out.append(("diagnostic", "missing_attribute", prompt_id, _frame(context, span_id)))
         complete = counted and not batch.overflow and well_formed and distinct_calls == admitted
+        if unfollowed and not complete:
+            # Calls below it that carried no section 3 tool attribute were not kept (they may be
+            # another profile's), so this may be a batch whose calls the guard does not all
+            # know; replay, which reads them all, may find one unknown. The guard then never
+            # enforces this prompt: losing sight never widens what it may do.
+            prompt.state = prompt.state._replace(enforcement_disabled=True)
         # The named tuples' own constructors are Python calls; tuple.__new__ is not.
         guard_input: GuardInput = _new(
             GuardInput,
@@ -1286,8 +1353,8 @@ class GuardSpanProcessor(SpanProcessor):
                 known.state = known.state._replace(enforcement_disabled=True)
                 if known.pending is not None and known.pending.kind == "stop":
                     known.pending = None
-                reported = prompt_id if known.guarded else None
-                out.append(("diagnostic", "prompt_collision", reported, None))
+                if known.guarded:  # an opted-out prompt gets no telemetry
+                    out.append(("diagnostic", "prompt_collision", prompt_id, None))
                 return
             fresh = _Prompt(True, now, rebuilt=True, serial=event.span_id)
             self._admit_prompt(prompt_id, fresh, now, out)
@@ -1351,8 +1418,8 @@ class GuardSpanProcessor(SpanProcessor):
             life.guarded = life.guarded and guarded
         else:
             self._remember(prompt_id, guarded)
-        # An opted-out prompt gets no telemetry that names it.
-        out.append(("diagnostic", diagnostic, prompt_id if guarded else None, None))
+        if guarded:  # an opted-out prompt gets no telemetry at all, diagnostics included
+            out.append(("diagnostic", diagnostic, prompt_id, None))
 
     def _remember(self, prompt_id: str, guarded: bool) -> None:
         dropped = self._dropped
