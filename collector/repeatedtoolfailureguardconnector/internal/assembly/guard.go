@@ -440,7 +440,13 @@ func (g *Guard) start(t *trace, ev Event) {
 		}
 	case spans.ACPBatch:
 		id, long := g.promptID(s)
-		b := &openBatch{promptID: id, off: spans.OptedOut(s)}
+		off := spans.OptedOut(s)
+		if l := g.lives[id]; !off && l != nil && !l.guarded {
+			// Inside an open prompt span that opted out, it stays off even if that span ends
+			// first (section 3: no telemetry at all).
+			off = true
+		}
+		b := &openBatch{promptID: id, off: off}
 		t.batches[s.SpanID] = b
 		if long && !g.batchOff(b) {
 			g.diag(telemetry.DiagLongPromptID, "", s.TraceID, s.SpanID)
@@ -547,11 +553,9 @@ func (g *Guard) collide(id string, l *life, guarded bool, s *spans.Span) {
 		p.guarded = p.guarded && guarded
 		p.state.EnforcementDisabled = true
 	}
-	reported := ""
-	if l.guarded {
-		reported = id
+	if l.guarded { // an opted-out prompt gets no telemetry at all, diagnostics included
+		g.diag(telemetry.DiagPromptCollision, id, s.TraceID, s.SpanID)
 	}
-	g.diag(telemetry.DiagPromptCollision, reported, s.TraceID, s.SpanID)
 }
 
 func (g *Guard) endPromptSpan(id string) {
@@ -568,7 +572,8 @@ func (g *Guard) endPromptSpan(id string) {
 func (g *Guard) keepCall(t *trace, s *spans.Span) {
 	b, ok := t.batches[s.ParentID]
 	if !ok {
-		if id, ended := g.ended.Get(spanKey{s.TraceID, s.ParentID}); ended && !g.knownOff(id) {
+		// An opted-out prompt has no telemetry ("": its batch ended off).
+		if id, ended := g.ended.Get(spanKey{s.TraceID, s.ParentID}); ended && id != "" && !g.knownOff(id) {
 			g.diag(telemetry.DiagLateSpan, id, s.TraceID, s.SpanID)
 		}
 		return
@@ -662,6 +667,13 @@ func (g *Guard) endBatch(s *spans.Span, b *openBatch, now uint64) {
 	}
 	id := b.promptID
 	optedOut := spans.OptedOut(s)
+	key := spanKey{s.TraceID, s.SpanID}
+	if b.off && !optedOut {
+		// Started while its prompt was off (its prompt span open and opted out): off still,
+		// though that span may have ended first and taken the prompt's facts with it.
+		g.ended.Set(key, "") // its late calls are an off prompt's: no diagnostic
+		return
+	}
 	if optedOut {
 		if p, ok := g.prompts.Get(id); ok {
 			p.guarded = false
@@ -676,9 +688,18 @@ func (g *Guard) endBatch(s *spans.Span, b *openBatch, now uint64) {
 		p.guarded = false
 	}
 	if !p.guarded {
+		g.ended.Set(key, "") // its late calls are an off prompt's: no diagnostic
 		return
 	}
 	calls := b.calls
+	// Of two spans with one call ID, the one that ended first is the call (section 3: a second
+	// terminal span for a call ID already seen is ignored); calls are in arrival order here.
+	first := map[string]int{}
+	for _, c := range calls {
+		if _, seen := first[c.obs.CallID]; !c.obs.ProviderDuplicate && c.obs.CallID != "" && !seen {
+			first[c.obs.CallID] = c.arrival
+		}
+	}
 	sortCalls(calls)
 	if !s.Reliable.Set || !s.Admitted.Set || s.Admitted.Value < 0 {
 		// Half-written: the drain's reliability (missing means unreliable) or the count.
@@ -698,7 +719,7 @@ func (g *Guard) endBatch(s *spans.Span, b *openBatch, now uint64) {
 				wellFormed = false
 				continue
 			}
-			if ids[c.obs.CallID] {
+			if first[c.obs.CallID] != c.arrival {
 				g.diag(telemetry.DiagDuplicateSpan, id, s.TraceID, c.spanID)
 				continue
 			}
@@ -827,11 +848,9 @@ func (g *Guard) startInferred(id string, s *spans.Span, now uint64) bool {
 		g.admit(id, known, now)
 	}
 	known.state.EnforcementDisabled = true
-	reported := ""
-	if known.guarded {
-		reported = id
+	if known.guarded { // an opted-out prompt gets no telemetry
+		g.diag(telemetry.DiagPromptCollision, id, s.TraceID, s.SpanID)
 	}
-	g.diag(telemetry.DiagPromptCollision, reported, s.TraceID, s.SpanID)
 	return true
 }
 
@@ -968,9 +987,7 @@ func (g *Guard) drop(id, diagnostic string) {
 			g.dropped.Delete(k)
 		}
 	}
-	reported := ""
-	if p.guarded {
-		reported = id
+	if p.guarded { // an opted-out prompt gets no telemetry at all, diagnostics included
+		g.diag(diagnostic, id, pcommon.TraceID{}, pcommon.SpanID{})
 	}
-	g.diag(diagnostic, reported, pcommon.TraceID{}, pcommon.SpanID{})
 }

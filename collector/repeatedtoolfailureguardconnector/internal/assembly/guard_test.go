@@ -651,3 +651,78 @@ func TestNothingBelowASection3RootIsInferred(t *testing.T) {
 		t.Fatalf("decisions %v, want none", got)
 	}
 }
+
+func section3Call(b *builder, batch pcommon.SpanID, start, end uint64, callID, status string) {
+	execution, errType := "error", "enoent"
+	if status == "success" {
+		execution, errType = "success", ""
+	}
+	attrs := map[string]any{
+		"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read", "gen_ai.tool.call.id": callID,
+		"acp.tool.type": "native", "acp.tool.status": status, "acp.tool.execution.status": execution,
+	}
+	if errType != "" {
+		attrs["acp.tool.execution.error_type"] = errType
+	}
+	b.span(batch, start, end, attrs)
+}
+
+// Of two spans with one call ID, the first to end is the call, wherever it started (section 3:
+// a second terminal span for a call ID already seen is ignored), as the Python guard reads it.
+func TestTheFirstSpanToEndForACallIDIsTheCall(t *testing.T) {
+	b := newBuilder(40)
+	p := acpPrompt(b, "p", 0, 1000*ms, nil)
+	acpBatch(b, p, "p", 1*ms, 4)
+	batch := b.span(p, 100*ms, 150*ms, map[string]any{"acp.prompt.id": "p", "acp.batch.admitted": int64(1), "acp.input.reliable": true})
+	section3Call(b, batch, 101*ms, 120*ms, "k1", "error")   // started first, ends second: ignored
+	section3Call(b, batch, 102*ms, 110*ms, "k1", "success") // started second, ends first: the call
+	g := defaultGuard()
+	evs := record(g)
+	out := g.Replay(b.out)
+	if len(*evs) != 2 || (*evs)[1].Decision.Kind != "reset" || count(out, telemetry.DiagDuplicateSpan) != 1 {
+		t.Fatalf("evaluations %+v, duplicates %d", *evs, count(out, telemetry.DiagDuplicateSpan))
+	}
+	if d := out.Diagnostics[len(out.Diagnostics)-1]; d.SpanID != (pcommon.SpanID{40, 8}) {
+		t.Fatalf("duplicate_span names %v, want the span that ended second", d.SpanID)
+	}
+}
+
+// An off prompt gets no diagnostic of any kind: not for a collision of its spans, nor for its
+// state dropped by max_prompts or the TTL.
+func TestOffPromptsCollisionsAndDropsAreNotReported(t *testing.T) {
+	b := newBuilder(41)
+	acpPrompt(b, "cron", 0, 1000*ms, map[string]any{"acp.prompt.route": "cron"})
+	acpPrompt(b, "cron", 5*ms, 900*ms, nil) // collides with the opted-out one: the ID is off
+	g := defaultGuard()
+	if out := g.Replay(b.out); len(out.Diagnostics) != 0 {
+		t.Fatalf("diagnostics %+v", out.Diagnostics)
+	}
+	b = newBuilder(42)
+	p := acpPrompt(b, "off", 0, 10_000*ms, map[string]any{"acp.prompt.channel": true})
+	acpBatch(b, p, "off", 1*ms, 1)
+	acpBatch(b, pcommon.SpanID{}, "other", 100*ms, 1) // evicts the off prompt's state
+	g = New(Config{MaxPrompts: 1, PromptTTLNanos: 3600 * 1000 * ms})
+	if out := g.Replay(b.out); count(out, telemetry.DiagEvicted) != 0 {
+		t.Fatalf("evicted %d, want 0", count(out, telemetry.DiagEvicted))
+	}
+	g = New(Config{MaxPrompts: 10, PromptTTLNanos: 50 * ms})
+	if out := g.Replay(b.out); count(out, telemetry.DiagExpired) != 0 {
+		t.Fatalf("expired %d, want 0", count(out, telemetry.DiagExpired))
+	}
+}
+
+// A batch span that starts inside an open off prompt span stays off when it ends after that
+// span, and so do the late calls of a batch that ended off after its prompt span ended.
+func TestOffPromptsBatchesOutlivingTheirPromptSpanAreSilent(t *testing.T) {
+	b := newBuilder(43)
+	p := acpPrompt(b, "cron", 0, 100*ms, map[string]any{"acp.prompt.route": "cron"})
+	batch := b.span(p, 10*ms, 150*ms, map[string]any{"acp.prompt.id": "cron", "acp.batch.admitted": int64(1), "acp.input.reliable": true})
+	section3Call(b, batch, 11*ms, 20*ms, "a", "error")
+	ended := acpBatch(b, p, "cron", 20*ms, 1) // ends at 70 ms
+	section3Call(b, ended, 21*ms, 120*ms, "late", "error")
+	g := defaultGuard()
+	evs := record(g)
+	if out := g.Replay(b.out); len(out.Diagnostics) != 0 || len(out.Transitions) != 0 || len(*evs) != 0 {
+		t.Fatalf("diagnostics %+v, transitions %d, evaluations %d", out.Diagnostics, len(out.Transitions), len(*evs))
+	}
+}
