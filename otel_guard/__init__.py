@@ -15,11 +15,18 @@ The package follows the one-way flow of a span:
 names; they re-export ``spans.attributes`` and ``guard.telemetry``.
 """
 
-from otel_guard.activation.setup import GuardInstallation, install_guard
-from otel_guard.guard.processor import BatchEvaluation, GuardAction, GuardSpanProcessor
-from otel_guard.privacy.log_redaction import RedactingLogExporter
-from otel_guard.privacy.redaction import RedactingSpanExporter
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from otel_guard.version import __version__
+
+if TYPE_CHECKING:
+    from otel_guard.activation.setup import GuardInstallation, install_guard
+    from otel_guard.guard.processor import BatchEvaluation, GuardAction, GuardSpanProcessor
+    from otel_guard.privacy.log_redaction import RedactingLogExporter
+    from otel_guard.privacy.redaction import RedactingSpanExporter
 
 __all__ = [
     "BatchEvaluation",
@@ -31,3 +38,29 @@ __all__ = [
     "__version__",
     "install_guard",
 ]
+
+# Where each public name lives. They are imported on first use, so that importing a module that
+# needs no OpenTelemetry (``otel_guard.reducer``, whose contract is to import none) does not
+# load the SDK through this package's own import.
+_PUBLIC = {
+    "BatchEvaluation": "otel_guard.guard.processor",
+    "GuardAction": "otel_guard.guard.processor",
+    "GuardSpanProcessor": "otel_guard.guard.processor",
+    "GuardInstallation": "otel_guard.activation.setup",
+    "install_guard": "otel_guard.activation.setup",
+    "RedactingLogExporter": "otel_guard.privacy.log_redaction",
+    "RedactingSpanExporter": "otel_guard.privacy.redaction",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'otel_guard' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later look-ups find it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

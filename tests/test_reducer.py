@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,6 +162,22 @@ def test_reducer_module_imports_no_opentelemetry() -> None:
             imported.append(node.module)
     assert imported
     assert not [name for name in imported if name.split(".")[0] == "opentelemetry"]
+
+
+def test_importing_the_reducer_loads_no_opentelemetry_module() -> None:
+    # The package's public names are imported on first use: the reducer, imported alone in a
+    # fresh interpreter, brings no OpenTelemetry module in (and works without one installed).
+    probe = (
+        "import sys\n"
+        "from otel_guard.reducer import GuardState, reduce\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'opentelemetry'))\n"
+        "import otel_guard\n"
+        "print(otel_guard.GuardSpanProcessor.__name__, 'GuardSpanProcessor' in dir(otel_guard))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.splitlines() == ["[]", "GuardSpanProcessor True"]
 
 
 @pytest.mark.parametrize(
