@@ -369,6 +369,37 @@ def test_spans_with_gen_ai_operation_follow_the_genai_profile_not_openinference(
     assert [e.profile for e in f.evaluations] == ["genai"]
 
 
+def test_an_openinference_tool_span_with_gen_ai_tool_keys_but_no_operation_is_openinference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An OpenInference processor layered on a framework's own spans: section 3c reads spans with
+    # openinference.span.kind and no gen_ai.operation.name, so the tool is named by tool.name
+    # (one tool here), not by gen_ai.tool.name (a different one per span: a mixed batch).
+    f = Framework(late=True)
+    agent = f.start("agent", None, {"openinference.span.kind": "AGENT"})
+    for turn in range(3):
+        f.start("llm", agent, {"openinference.span.kind": "LLM"}).end()
+        for call in range(4):
+            tool = f.start(
+                "running tool",
+                agent,
+                {
+                    "openinference.span.kind": "TOOL",
+                    "tool.name": "bash",
+                    "gen_ai.tool.name": f"bash-{turn}-{call}",
+                    "gen_ai.tool.call.id": f"call-{turn}-{call}",
+                },
+            )
+            f.fail(tool)
+            tool.end()
+    f.start("llm", agent, {"openinference.span.kind": "LLM"}).end()
+    agent.end()
+    assert [e.profile for e in f.evaluations] == ["openinference"] * 3
+    assert f.kinds() == LOOP
+    report = _replay(f, tmp_path, capsys)
+    assert {k: v for k, v in report["decisions"].items() if v} == f.harness.decision_counts()
+
+
 def test_an_inferred_batch_settles_at_the_next_model_call_start_later_calls_are_late() -> None:
     f = Framework(late=False)
     prompt = f.start("invoke_agent", None, {"gen_ai.operation.name": "invoke_agent"})

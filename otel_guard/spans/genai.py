@@ -8,7 +8,8 @@ Reads one *ended* span, never its attributes at start (Strands, Google ADK and O
 * **Model call**: ``gen_ai.operation.name`` in ``chat``, ``text_completion``,
   ``generate_content``.
 * **Tool call**: an ``execute_tool`` span, or one carrying both ``gen_ai.tool.name`` and
-  ``gen_ai.tool.call.id``. Google ADK's ``execute_tool (merged)`` span (tool name
+  ``gen_ai.tool.call.id`` (unless section 3c claims it: ``openinference.span.kind`` and no
+  ``gen_ai.operation.name``). Google ADK's ``execute_tool (merged)`` span (tool name
   ``(merged tools)``) wraps the parallel calls of a turn and is not a call. Call ID:
   ``gen_ai.tool.call.id`` unless it is a placeholder; tool type ``mcp`` when the span carries any
   ``mcp.`` attribute, else ``native``.
@@ -39,6 +40,17 @@ __all__ = ["PROFILE", "GenAIProfile"]
 _MODEL_CALL: Final = Claim("model_call", "genai")
 
 
+def _openinference(attributes: Mapping[str, Any]) -> bool:
+    """Whether section 3c claims the span: an ``openinference.span.kind`` and no
+    ``gen_ai.operation.name`` make it OpenInference's, even when it also carries
+    ``gen_ai.tool.name`` and ``gen_ai.tool.call.id`` (an OpenInference processor layered on a
+    framework's own spans): its tool is then named by ``tool.name``."""
+    return (
+        type(attributes.get(attr.OPENINFERENCE_SPAN_KIND)) is str
+        and attr.OPERATION_NAME not in attributes
+    )
+
+
 class GenAIProfile:
     """Section 3b spans, read when they end."""
 
@@ -55,7 +67,9 @@ class GenAIProfile:
         elif operation == attr.INVOKE_AGENT:
             kind = "prompt"
         elif operation == attr.EXECUTE_TOOL or (
-            attr.TOOL_NAME in attributes and attr.TOOL_CALL_ID in attributes
+            attr.TOOL_NAME in attributes
+            and attr.TOOL_CALL_ID in attributes
+            and not _openinference(attributes)
         ):
             kind = "tool_call"
         else:

@@ -726,3 +726,31 @@ func TestOffPromptsBatchesOutlivingTheirPromptSpanAreSilent(t *testing.T) {
 		t.Fatalf("diagnostics %+v, transitions %d, evaluations %d", out.Diagnostics, len(out.Transitions), len(*evs))
 	}
 }
+
+// A span with openinference.span.kind and no gen_ai.operation.name is section 3c's even when it
+// carries gen_ai.tool.name and gen_ai.tool.call.id: its tool is named by tool.name.
+func TestOpenInferenceToolWithGenAIToolKeys(t *testing.T) {
+	b := newBuilder(44)
+	agent := b.span(pcommon.SpanID{}, 1*ms, 1000*ms, map[string]any{"openinference.span.kind": "AGENT"})
+	at := uint64(2)
+	for round := 0; round < 3; round++ {
+		b.span(agent, at*ms, (at+1)*ms, map[string]any{"openinference.span.kind": "LLM"})
+		for c := 0; c < 4; c++ {
+			b.span(agent, (at+2)*ms, (at+3)*ms, map[string]any{
+				"openinference.span.kind": "TOOL", "tool.name": "bash",
+				"gen_ai.tool.name": string(rune('a' + 4*round + c)), "gen_ai.tool.call.id": string(rune('A' + 4*round + c)),
+			}, errored("TimeoutError"))
+		}
+		at += 10
+	}
+	b.span(agent, at*ms, (at+1)*ms, map[string]any{"openinference.span.kind": "LLM"})
+	g := defaultGuard()
+	evs := record(g)
+	g.Replay(b.out)
+	if got := values(*evs); len(got) != 3 || got[0] != "tracked" || got[2] != "would_stop" {
+		t.Fatalf("decisions %v, want tracked, would_warn, would_stop", got)
+	}
+	if (*evs)[0].Profile != spans.ProfileOpenInference {
+		t.Fatalf("profile %v", (*evs)[0].Profile)
+	}
+}
