@@ -355,6 +355,18 @@ def test_of_two_frames_with_one_call_id_the_first_to_end_is_kept() -> None:
     assert record.log_record.span_id == first.get_span_context().span_id
 
 
+def test_provider_duplicates_are_not_counted_by_the_observations_counter() -> None:
+    # A duplicate provider event is no execution (section 2 drops it): the execution SLI's
+    # denominator counts the call once.
+    h = Harness()
+    h.batch("p", [Call(call_id="a"), Call(call_id="a", duplicate=True), OK], admitted=2)
+    counts = {
+        (str(attributes["execution_status"]), str(attributes["tool_type"])): value
+        for attributes, value in h.points(OBSERVATIONS_METRIC)
+    }
+    assert counts == {("error", "native"): 1, ("success", "native"): 1}
+
+
 def test_provider_duplicates_are_observed_but_not_counted_for_completeness() -> None:
     h, seen = evaluations()
     h.batch("p", [Call(call_id="a"), Call(call_id="a", duplicate=True)], admitted=1)

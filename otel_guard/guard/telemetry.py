@@ -715,7 +715,8 @@ class GuardTelemetry:
             self._report_failure()
 
     def observations(self, observations: Sequence[Observation]) -> None:
-        """Count the observations of one evaluated batch (the execution SLI's denominator).
+        """Count the observations of one evaluated batch (the execution SLI's denominator),
+        provider duplicates left out.
 
         Each is counted once by ``execution_status`` (a value outside the closed set, or none,
         is ``unknown``) and ``tool_type`` (``other`` unless ``native`` or ``mcp``). Queued like
@@ -733,6 +734,10 @@ class GuardTelemetry:
         with table_counts.lock:
             table = table_counts.observations
             for observation in observations:
+                if observation[6]:
+                    # A provider duplicate is no execution: the reducer drops it (section 2,
+                    # step 4), and the SLI's denominator counts executions.
+                    continue
                 status, tool_type = observation[4], observation[2]  # execution status, tool type
                 key = (
                     status if status in _KNOWN_EXECUTION_STATUSES else "unknown",

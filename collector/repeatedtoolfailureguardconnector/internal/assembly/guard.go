@@ -889,6 +889,9 @@ func (g *Guard) decide(id string, p *prompt, input reducer.Input, s *spans.Span,
 	var order [][2]string
 	for i := range input.Batch.Observations {
 		o := &input.Batch.Observations[i]
+		if o.ProviderDuplicate {
+			continue // no execution: the reducer drops it, and the SLI counts executions
+		}
 		k := [2]string{telemetry.ObservationExecutionStatus(o.ExecutionStatus), telemetry.ObservationToolType(o.ToolType)}
 		if tally[k] == 0 {
 			order = append(order, k)

@@ -754,3 +754,23 @@ func TestOpenInferenceToolWithGenAIToolKeys(t *testing.T) {
 		t.Fatalf("profile %v", (*evs)[0].Profile)
 	}
 }
+
+// A provider duplicate is no execution: the observations counter leaves it out, as the Python
+// guard does (section 2 drops it).
+func TestProviderDuplicatesAreNotObservations(t *testing.T) {
+	b := newBuilder(45)
+	batch := acpBatch(b, pcommon.SpanID{}, "p", 1*ms, 1)
+	b.span(batch, 2*ms, 3*ms, map[string]any{
+		"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read", "gen_ai.tool.call.id": "a",
+		"acp.tool.type": "native", "acp.tool.status": "error", "acp.tool.execution.status": "error",
+		"acp.tool.execution.error_type": "enoent", "acp.tool.provider_duplicate": true,
+	})
+	out := defaultGuard().Replay(b.out)
+	total := 0
+	for _, o := range out.Observations {
+		total += o.Count
+	}
+	if total != 1 {
+		t.Fatalf("observations %d, want 1 (the duplicate left out)", total)
+	}
+}
