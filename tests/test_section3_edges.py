@@ -35,6 +35,18 @@ def settle(batch: Span, admitted: int) -> None:
     batch.end()
 
 
+def failing_batches_then_actions(h: Harness, prompt: Span) -> list[str | None]:
+    """Three failing batches of prompt "p", each followed by the host's take_action, then the
+    prompt's end: the kinds of the actions taken."""
+    actions: list[str | None] = []
+    for _ in range(3):
+        h.batch("p", [FAIL] * 4, parent=prompt)
+        action = h.guard.take_action("p")
+        actions.append(None if action is None else action.kind)
+    prompt.end()
+    return actions
+
+
 def no_telemetry(h: Harness) -> bool:
     return (
         h.points(DECISIONS_METRIC) == []
@@ -61,12 +73,7 @@ def test_a_later_started_span_that_ends_first_is_the_call_and_the_other_is_ignor
     succeeding.end()
     failing.end()
     settle(batch, 1)
-    actions = []
-    for _ in range(3):
-        h.batch("p", [FAIL] * 4, parent=prompt)
-        action = h.guard.take_action("p")
-        actions.append(None if action is None else action.kind)
-    prompt.end()
+    actions = failing_batches_then_actions(h, prompt)
     assert actions == [None, "reminder", "stop"]  # a new candidate: two batches to remind
     assert h.guard.diagnostics() == {"duplicate_span": 1}
     (diagnostic,) = [
@@ -125,12 +132,7 @@ def test_a_batch_named_after_its_start_with_unread_calls_never_lets_the_guard_st
         ).end()
     batch.set_attribute("acp.prompt.id", "p")
     settle(batch, 2)
-    actions = []
-    for _ in range(3):
-        h.batch("p", [FAIL] * 4, parent=prompt)
-        action = h.guard.take_action("p")
-        actions.append(None if action is None else action.kind)
-    prompt.end()
+    actions = failing_batches_then_actions(h, prompt)
     assert actions == [None, "reminder", None]
     assert "stopped" not in live(h)
     assert replayed(h, "enforce").get("stopped") is None

@@ -665,6 +665,19 @@ def _until(condition: Any, seconds: float = 10.0) -> bool:
     return True
 
 
+def _idle_soon(
+    monkeypatch: pytest.MonkeyPatch,
+    providers: tuple[MeterProvider, InMemoryMetricReader, LoggerProvider],
+) -> GuardTelemetry:
+    """A telemetry whose worker polls every 10 ms and idles after two quiet rounds, with one
+    record handed over (so its worker has started)."""
+    monkeypatch.setattr(telemetry_module, "_INTERVAL_SECONDS", 0.01)
+    monkeypatch.setattr(telemetry_module, "_QUIET_ROUNDS", 2)
+    telemetry = GuardTelemetry(providers[0], providers[2])
+    telemetry.diagnostic("late_span", "p")
+    return telemetry
+
+
 def _until_idle(telemetry: GuardTelemetry) -> bool:
     return _until(lambda: telemetry._idle)
 
@@ -696,11 +709,7 @@ def test_an_idle_worker_is_not_woken_until_a_record_is_handed_over(
 def test_an_idle_worker_ends_when_its_guard_is_dropped_without_shutdown(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(telemetry_module, "_INTERVAL_SECONDS", 0.01)
-    monkeypatch.setattr(telemetry_module, "_QUIET_ROUNDS", 2)
-    meter_provider, _, logger_provider = _providers()
-    telemetry = GuardTelemetry(meter_provider, logger_provider)
-    telemetry.diagnostic("late_span", "p")
+    telemetry = _idle_soon(monkeypatch, _providers())
     worker = telemetry._worker
     assert worker is not None
     assert _until_idle(telemetry)
@@ -713,13 +722,10 @@ def test_an_idle_worker_ends_when_its_guard_is_dropped_without_shutdown(
 def test_an_idle_worker_delivers_a_flush_with_a_timeout_and_ends_at_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(telemetry_module, "_INTERVAL_SECONDS", 0.01)
-    monkeypatch.setattr(telemetry_module, "_QUIET_ROUNDS", 2)
-    meter_provider, _, logger_provider = _providers()
+    providers = _providers()
     recorder = ThreadRecorder()
-    logger_provider.add_log_record_processor(recorder)
-    telemetry = GuardTelemetry(meter_provider, logger_provider)
-    telemetry.diagnostic("late_span", "p")
+    providers[2].add_log_record_processor(recorder)
+    telemetry = _idle_soon(monkeypatch, providers)
     assert _until_idle(telemetry)
     worker = telemetry._worker
     telemetry._pending.append(("diagnostic", "late_span", "q", None, time.time_ns()))
