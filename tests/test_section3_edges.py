@@ -136,3 +136,40 @@ def test_a_batch_named_after_its_start_with_unread_calls_never_lets_the_guard_st
     assert actions == [None, "reminder", None]
     assert "stopped" not in live(h)
     assert replayed(h, "enforce").get("stopped") is None
+
+
+def test_batches_named_late_inside_an_off_prompt_and_ending_after_it_give_no_telemetry() -> None:
+    # Each batch span starts inside the open cron prompt span but names its prompt only just
+    # before it ends, after that span ended: still the off prompt's (a replay, which sees the
+    # ID from the start, reads it so), never a fresh guarded prompt that can be stopped.
+    h = Harness(mode="enforce")
+    prompt = h.start_prompt("p", route="cron")
+    batches = []
+    for _ in range(3):
+        batch = h.tracer.start_span("tool_batch", context=set_span_in_context(prompt))
+        for _ in range(4):
+            h.tool_span(FAIL, set_span_in_context(batch)).end()
+        batches.append(batch)
+    prompt.end()
+    for batch in batches:
+        batch.set_attribute("acp.prompt.id", "p")
+        settle(batch, 4)
+        assert h.guard.take_action("p") is None
+    assert no_telemetry(h)
+    assert replayed(h, "enforce") == {}
+
+
+def test_a_batch_named_late_whose_calls_were_all_seen_enforces_as_replay_does() -> None:
+    # Admitted two, one call ended: incomplete, but no call went unseen (every call below it
+    # carried section 3's attributes), so enforcement stays as a replay has it.
+    h = Harness(mode="enforce")
+    prompt = h.start_prompt("p")
+    h.batch("p", [FAIL] * 4, parent=prompt)
+    batch = h.tracer.start_span("tool_batch", context=set_span_in_context(prompt))
+    h.tool_span(FAIL, set_span_in_context(batch)).end()
+    batch.set_attribute("acp.prompt.id", "p")
+    batch.set_attributes({"acp.batch.admitted": 2, "acp.input.reliable": True})
+    batch.set_attributes({"acp.input.external": True, "acp.input.queued_prompt": False})
+    batch.end()
+    assert failing_batches_then_actions(h, prompt) == [None, "reminder", "stop"]
+    assert live(h) == replayed(h, "enforce")

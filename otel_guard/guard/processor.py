@@ -459,6 +459,12 @@ class GuardSpanProcessor(SpanProcessor):
         self._call_bytes = 0
         self._ended_batches: OrderedDict[int, str] = OrderedDict()
         self._evicted: OrderedDict[int, None] = OrderedDict()
+        # Span IDs of untracked spans below which a tool-call span with no acp.tool.* key ended
+        # (another profile's call, or a half-written one of a batch span named late), bounded.
+        self._bare_parents: OrderedDict[int, None] = OrderedDict()
+        # The last ended prompt span of each opted-out prompt ID, (start, end) in ns, bounded: a
+        # batch span named after its start, which started inside one, is that prompt's.
+        self._ended_off: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._diagnostic_counts: Counter[str] = Counter()
         self._inert = self._mode == "off"
         self._telemetry = GuardTelemetry(
@@ -634,6 +640,8 @@ class GuardSpanProcessor(SpanProcessor):
                 self._unclaimed.clear()
                 self._ended_batches.clear()
                 self._evicted.clear()
+                self._bare_parents.clear()
+                self._ended_off.clear()
                 self._lost_open.clear()
                 self._forgotten = None
                 self._assembly.clear()
@@ -860,15 +868,22 @@ class GuardSpanProcessor(SpanProcessor):
             if type(ref) is _OpenBatch:
                 evaluation = self._end_batch(span, context, attributes, ref, out)
             elif type(ref) is _PromptSpan:
+                life = self._lives.get(ref.prompt_id)
+                if life is not None and not life.guarded and life.open == 1:
+                    ended_off = self._ended_off
+                    ended_off[ref.prompt_id] = (span.start_time or 0, span.end_time or 0)
+                    ended_off.move_to_end(ref.prompt_id)
+                    if len(ended_off) > _ENDED_BATCHES:
+                        ended_off.popitem(last=False)
                 self._end_prompt_span(ref.prompt_id)
                 parent = span.parent
                 if parent is None or parent.is_remote:
                     self._assembly.section_3_root(context.trace_id, False)
             elif ref is None:
-                unfollowed = self._untracked_end(context, attributes, out)
+                unfollowed = self._untracked_end(context, attributes, out, span.start_time or 0)
                 if unfollowed is not None:
                     evaluation = self._end_batch(
-                        span, context, attributes, unfollowed, out, unfollowed=True
+                        span, context, attributes, unfollowed[0], out, blind=unfollowed[1]
                     )
         if out:
             self._flush(out)
@@ -876,10 +891,12 @@ class GuardSpanProcessor(SpanProcessor):
             self._notify(evaluation)
 
     def _untracked_end(
-        self, context: SpanContext, attributes: Mapping[str, Any], out: list[_Emission]
-    ) -> _OpenBatch | None:
+        self, context: SpanContext, attributes: Mapping[str, Any], out: list[_Emission], start: int
+    ) -> tuple[_OpenBatch, bool] | None:
         """A span with a prompt ID ended that was not tracked; under the lock. Returns the batch
-        to evaluate when the span is a batch span the guard did not follow.
+        to evaluate when the span is a batch span the guard did not follow, and whether some of
+        its calls went unseen (it was pushed out of the span table, or a tool-call span with no
+        ``acp.tool.*`` key ended below it: neither kept).
 
         A prompt span whose record was lost to the span table's bound ends that record's
         facts. A prompt span that was not lost, but had no prompt ID at its start (a
@@ -910,7 +927,13 @@ class GuardSpanProcessor(SpanProcessor):
             batch.prompt_id = key
             if evicted:
                 batch.overflow = True  # the calls kept before it was pushed out are gone
-            return batch
+            ended_off = self._ended_off.get(key)
+            if ended_off is not None and ended_off[0] <= start <= ended_off[1]:
+                # It started inside an opted-out prompt span that has ended since: off, as a
+                # batch span named from its start is (and as a replay reads it).
+                batch.off = True
+            bare = self._bare_parents.pop(span_id, _KEPT) is not _KEPT
+            return batch, evicted or bare
         entry = self._lost_open.get(key)
         if entry is not None:
             # An untracked prompt span ended: one whose record was lost.
@@ -959,6 +982,13 @@ class GuardSpanProcessor(SpanProcessor):
                 ):
                     # A section 3 call below a span that may become a batch span when it ends.
                     batch = self._unclaimed_batch(parent_id)
+                else:
+                    # Another profile's call, or a half-written one below a span that may yet
+                    # become a batch span: not kept, but its parent is noted (bounded).
+                    bare = self._bare_parents
+                    bare[parent_id] = None
+                    if len(bare) > _ENDED_BATCHES:
+                        bare.popitem(last=False)
             else:
                 genai = bool(self._genai_open)  # still a link of a watched trace
             if batch is not None:
@@ -1120,10 +1150,10 @@ class GuardSpanProcessor(SpanProcessor):
         attributes: Mapping[str, Any],
         batch: _OpenBatch,
         out: list[_Emission],
-        unfollowed: bool = False,
+        blind: bool = False,
     ) -> BatchEvaluation | None:
-        """A batch span ended (under the lock). ``unfollowed``: its prompt ID was set after its
-        start, so only the calls :meth:`_end_tool` kept below an untracked span are known."""
+        """A batch span ended (under the lock). ``blind``: the guard did not follow it and some
+        of its calls went unseen (see :meth:`_untracked_end`)."""
         ended = self._ended_batches
         span_id = context[_SPAN_ID]
         ended[span_id] = batch.prompt_id
@@ -1166,11 +1196,11 @@ class GuardSpanProcessor(SpanProcessor):
             for span_id in batch.missing:
                 out.append(("diagnostic", "missing_attribute", prompt_id, _frame(context, span_id)))
         complete = counted and not batch.overflow and well_formed and distinct_calls == admitted
-        if unfollowed and not complete:
-            # Calls below it that carried no section 3 tool attribute were not kept (they may be
-            # another profile's), so this may be a batch whose calls the guard does not all
-            # know; replay, which reads them all, may find one unknown. The guard then never
-            # enforces this prompt: losing sight never widens what it may do.
+        if blind and not complete:
+            # Calls below it went unseen (pushed out of the span table, or carrying no section 3
+            # tool attribute while it had no prompt ID: they may have been another profile's);
+            # a replay, which reads them all, may find an unknown outcome among them. The guard
+            # then never enforces this prompt: losing sight never widens what it may do.
             prompt.state = prompt.state._replace(enforcement_disabled=True)
         # The named tuples' own constructors are Python calls; tuple.__new__ is not.
         guard_input: GuardInput = _new(
