@@ -849,13 +849,20 @@ class GuardSpanProcessor(SpanProcessor):
             forgotten = self._forgotten = _Forgotten(slots)
         forgotten.add(prompt_id, entry[0], entry[1])
 
-    def _end_prompt_span(self, prompt_id: str) -> None:
+    def _end_prompt_span(self, prompt_id: str, span: ReadableSpan) -> None:
         life = self._lives.get(prompt_id)
         if life is not None:
             life.open -= 1
             if life.open > 0:
                 return  # a colliding span is still open: the state stays
             del self._lives[prompt_id]
+            if not life.guarded:
+                # Remembered (bounded): a batch span named late that started inside it is off.
+                ended_off = self._ended_off
+                ended_off[prompt_id] = (span.start_time or 0, span.end_time or 0)
+                ended_off.move_to_end(prompt_id)
+                if len(ended_off) > _ENDED_BATCHES:
+                    ended_off.popitem(last=False)
         self._discard(prompt_id)
 
     def _end_tracked(
@@ -868,14 +875,7 @@ class GuardSpanProcessor(SpanProcessor):
             if type(ref) is _OpenBatch:
                 evaluation = self._end_batch(span, context, attributes, ref, out)
             elif type(ref) is _PromptSpan:
-                life = self._lives.get(ref.prompt_id)
-                if life is not None and not life.guarded and life.open == 1:
-                    ended_off = self._ended_off
-                    ended_off[ref.prompt_id] = (span.start_time or 0, span.end_time or 0)
-                    ended_off.move_to_end(ref.prompt_id)
-                    if len(ended_off) > _ENDED_BATCHES:
-                        ended_off.popitem(last=False)
-                self._end_prompt_span(ref.prompt_id)
+                self._end_prompt_span(ref.prompt_id, span)
                 parent = span.parent
                 if parent is None or parent.is_remote:
                     self._assembly.section_3_root(context.trace_id, False)
@@ -1093,33 +1093,29 @@ class GuardSpanProcessor(SpanProcessor):
                 out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
         return tuple(observations), len(call_ids), well_formed
 
-    @staticmethod
     def _observations_by_arrival(
-        batch: _OpenBatch, context: SpanContext, out: list[_Emission]
+        self, batch: _OpenBatch, context: SpanContext, out: list[_Emission]
     ) -> tuple[tuple[Observation, ...], int, bool]:
         """:meth:`_observations` when two spans share a call ID and the later-started one ended
         first: the span that ended first is the call (docs/contract.md section 3, "a second
-        terminal span for a call ID already seen is ignored"), wherever it started."""
+        terminal span for a call ID already seen is ignored"), wherever it started. The others
+        of each call ID leave the batch as ``duplicate_span``; the rest is read as usual."""
         calls = batch.calls  # sorted by start time, then arrival
         first_of: dict[str, int] = {}
         for _, arrival, observation, _ in sorted(calls, key=_arrival):
             call_id = observation[0]
             if not observation[6] and call_id and call_id not in first_of:
                 first_of[call_id] = arrival
-        observations: list[Observation] = []
-        well_formed = True
-        for _, arrival, observation, span_id in calls:
-            if not observation[6]:
-                call_id = observation[0]
-                if not call_id:
-                    well_formed = False
-                    continue
-                if first_of[call_id] != arrival:
-                    frame = _frame(context, span_id)
-                    out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
-                    continue
-            observations.append(observation)
-        return tuple(observations), len(first_of), well_formed
+        kept: list[_CallRecord] = []
+        for call in calls:
+            observation = call[2]
+            if not observation[6] and observation[0] and first_of[observation[0]] != call[1]:
+                frame = _frame(context, call[3])
+                out.append(("diagnostic", "duplicate_span", batch.prompt_id, frame))
+            else:
+                kept.append(call)
+        batch.calls = kept  # no call ID twice now: read in one pass
+        return self._observations(batch, context, out)
 
     def _prompt_for_batch(self, prompt_id: str, now: float, out: list[_Emission]) -> _Prompt:
         """The prompt's state, rebuilt if it was dropped (never enforcing), or a new one."""
